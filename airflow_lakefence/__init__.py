@@ -1,0 +1,89 @@
+"""airflow-lakefence: fenced publication of Spark output into lakeFS branches from Apache Airflow.
+
+Importing the package is cheap and imports neither Airflow nor lakeFS: the public classes are
+loaded on first access, so the local lakeFS server and the pure core work without Airflow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "FencedSparkPublishOperator": "airflow_lakefence.operators.fenced_spark",
+    "LakeFSResolveRefOperator": "airflow_lakefence.operators.resolve_ref",
+    "LakeFSHook": "airflow_lakefence.hooks.lakefs",
+    "LakeFenceError": "airflow_lakefence.exceptions",
+    "StaleAttemptError": "airflow_lakefence.exceptions",
+    "PublishFenceError": "airflow_lakefence.exceptions",
+    "PublishRaceError": "airflow_lakefence.exceptions",
+    "PublishBudgetError": "airflow_lakefence.exceptions",
+}
+
+__all__ = ["__version__", "get_provider_info", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Describe the provider to Airflow (entry point ``apache_airflow_provider``)."""
+    return {
+        "package-name": "airflow-provider-lakefence",
+        "name": "lakeFence",
+        "description": "Fenced, retry-safe publication of Spark output into lakeFS branches.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "lakeFS",
+                "external-doc-url": "https://docs.lakefs.io/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "lakeFS",
+                "python-modules": [
+                    "airflow_lakefence.operators.fenced_spark",
+                    "airflow_lakefence.operators.resolve_ref",
+                ],
+            }
+        ],
+        "hooks": [{"integration-name": "lakeFS", "python-modules": ["airflow_lakefence.hooks.lakefs"]}],
+        "sensors": [],
+        "triggers": [],
+        "connection-types": [
+            {
+                "connection-type": "lakefs",
+                "hook-class-name": "airflow_lakefence.hooks.lakefs.LakeFSHook",
+                "hook-name": "lakeFS",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {
+                        "host": "lakeFS endpoint URL",
+                        "login": "Access key id",
+                        "password": "Secret access key",
+                    },
+                    "placeholders": {
+                        "host": "https://lakefs.example.com",
+                        "login": "AKIAIOSFODNN7EXAMPLE",
+                    },
+                },
+                "conn-fields": {
+                    "verify_ssl": {
+                        "label": "Verify TLS",
+                        "schema": {"type": ["boolean", "null"]},
+                    },
+                    "ui_base_url": {
+                        "label": "lakeFS UI base URL",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                },
+            }
+        ],
+    }

@@ -1,0 +1,38 @@
+"""The pure core of the fenced publish protocol.
+
+Nothing here imports Airflow or lakeFS: the decision table, naming and commit-metadata encoding are
+plain functions over plain values, tested exhaustively on their own. The adapters and operators
+turn Airflow and lakeFS state into these values and act on the answers.
+"""
+
+from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import (
+    ROLE_PUBLISH,
+    ROLE_STAGE,
+    LakefenceRecord,
+    decode_metadata,
+    encode_metadata,
+)
+from airflow_lakefence.core.naming import (
+    is_valid_branch_name,
+    staging_branch_name,
+    staging_branch_prefix,
+)
+
+__all__ = [
+    "ROLE_PUBLISH",
+    "ROLE_STAGE",
+    "Action",
+    "AttemptId",
+    "FenceDecision",
+    "HeadState",
+    "LakefenceRecord",
+    "PublicationKey",
+    "decide_publish",
+    "decode_metadata",
+    "encode_metadata",
+    "is_valid_branch_name",
+    "staging_branch_name",
+    "staging_branch_prefix",
+]

@@ -1,0 +1,150 @@
+"""The publish-fence decision table (protocol step 10).
+
+Given the target branch's HEAD, the input commit, this attempt and whether staging changed
+anything, :func:`decide_publish` returns the one action the protocol allows:
+
+=====================================================  =======  ==========  ===========
+HEAD state                                             changes  action      output ref
+=====================================================  =======  ==========  ===========
+HEAD == input                                          yes      merge       merge commit
+HEAD == input                                          no       noop        input
+first parent == input, published for this key by an   yes      replace     staged
+earlier try                                                     (hard reset)
+same                                                   no       relocate    input
+HEAD is this attempt's own publication                 either   idempotent  HEAD
+anything else                                          either   fail_closed -
+=====================================================  =======  ==========  ===========
+
+The function is total and pure: every combination of inputs maps to exactly one row.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.metadata import decode_metadata
+
+# lakeFS commit version from which a merge's parents are stored [destination, source]; older
+# (version 0) commits store them reversed.
+PARENT_SWITCH_VERSION = 1
+
+
+class Action(str, enum.Enum):
+    """What the publish step does."""
+
+    MERGE = "merge"
+    NOOP = "noop"
+    REPLACE = "replace"
+    RELOCATE = "relocate"
+    IDEMPOTENT = "idempotent"
+    FAIL_CLOSED = "fail_closed"
+
+
+@dataclass(frozen=True)
+class HeadState:
+    """The target branch's HEAD commit as the fence sees it.
+
+    :param commit_id: the HEAD commit id.
+    :param parents: the commit's parents as lakeFS stores them.
+    :param metadata: the commit's metadata.
+    :param version: the lakeFS commit version (decides the parent order).
+    """
+
+    commit_id: str
+    parents: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    version: int = PARENT_SWITCH_VERSION
+
+    @property
+    def first_parent(self) -> str | None:
+        """The parent on the target branch's own line of history (the merge destination)."""
+        if not self.parents:
+            return None
+        if self.version < PARENT_SWITCH_VERSION and len(self.parents) > 1:
+            return self.parents[-1]
+        return self.parents[0]
+
+
+@dataclass(frozen=True)
+class FenceDecision:
+    """The fence's answer.
+
+    :param action: the action to take.
+    :param output_ref: the commit the task reports, when known before acting (``None`` for a merge,
+        whose commit does not exist yet, and for a failure).
+    :param reason: a sentence explaining the decision, for logs and exceptions.
+    """
+
+    action: Action
+    output_ref: str | None
+    reason: str
+
+
+def decide_publish(head: HeadState, input_ref: str, attempt: AttemptId, changed: bool, staged_commit: str) -> FenceDecision:
+    """Decide what publishing may do (protocol step 10).
+
+    :param head: the target branch's HEAD.
+    :param input_ref: the input commit id the attempt built on.
+    :param attempt: this attempt.
+    :param changed: whether the staged commit differs from the input.
+    :param staged_commit: the staged commit id (equal to ``input_ref`` when nothing changed).
+    :return: the decision; ``FAIL_CLOSED`` for every state the protocol cannot explain.
+    """
+    if head.commit_id == input_ref:
+        if changed:
+            return FenceDecision(Action.MERGE, None, "target HEAD is the input commit")
+        return FenceDecision(Action.NOOP, input_ref, "target HEAD is the input commit and nothing changed")
+
+    record = decode_metadata(head.metadata)
+    first_parent = head.first_parent
+    if first_parent != input_ref:
+        what = "a foreign commit" if record is None else f"a publication of {record.attempt.key}"
+        return FenceDecision(
+            Action.FAIL_CLOSED,
+            None,
+            f"target HEAD {head.commit_id} ({what}) is neither the input commit {input_ref} nor a "
+            f"commit directly on top of it (first parent {first_parent})",
+        )
+    if record is None:
+        return FenceDecision(
+            Action.FAIL_CLOSED,
+            None,
+            f"target HEAD {head.commit_id} is a foreign commit on top of the input commit: "
+            "no lakefence record",
+        )
+    if record.attempt.key != attempt.key:
+        return FenceDecision(
+            Action.FAIL_CLOSED,
+            None,
+            f"target HEAD {head.commit_id} was published for another key {record.attempt.key}",
+        )
+    if record.input_ref != input_ref:
+        return FenceDecision(
+            Action.FAIL_CLOSED,
+            None,
+            f"target HEAD {head.commit_id} records input {record.input_ref}, not {input_ref}",
+        )
+    if record.attempt == attempt:
+        return FenceDecision(Action.IDEMPOTENT, head.commit_id, "target HEAD is this attempt's own publication")
+    if record.attempt.try_number >= attempt.try_number:
+        return FenceDecision(
+            Action.FAIL_CLOSED,
+            None,
+            f"target HEAD {head.commit_id} was published by try {record.attempt.try_number}, "
+            f"not earlier than this try {attempt.try_number}",
+        )
+    if changed:
+        return FenceDecision(
+            Action.REPLACE,
+            staged_commit,
+            f"target HEAD {head.commit_id} is an abandoned publication of try {record.attempt.try_number}",
+        )
+    return FenceDecision(
+        Action.RELOCATE,
+        input_ref,
+        f"target HEAD {head.commit_id} is an abandoned publication of try {record.attempt.try_number} "
+        "and this try changed nothing",
+    )

@@ -1,0 +1,124 @@
+"""The package's exception tree.
+
+Every failure the package raises derives from :class:`LakeFenceError`, so a DAG author can catch
+one root. lakeFS SDK and HTTP errors are translated into :class:`LakeFSError` subclasses at the
+adapter boundary (:mod:`airflow_lakefence.lakefs_client`); no SDK exception leaks past it.
+
+Messages never contain credentials: they name the repository, branch, ref and operation only.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InputRefError",
+    "InvalidInputError",
+    "LakeFSAuthError",
+    "LakeFSBadRequestError",
+    "LakeFSConflictError",
+    "LakeFSConnectionError",
+    "LakeFSError",
+    "LakeFSNotFoundError",
+    "LakeFSPreconditionFailedError",
+    "LakeFSUnavailableError",
+    "LakeFenceError",
+    "OutputPrefixError",
+    "PublishBudgetError",
+    "PublishFenceError",
+    "PublishRaceError",
+    "SparkJobError",
+    "StaleAttemptError",
+    "WorkspaceError",
+]
+
+
+class LakeFenceError(Exception):
+    """Root of every error raised by airflow-lakefence."""
+
+
+class InvalidInputError(LakeFenceError, ValueError):
+    """An operator argument or a templated value is invalid; raised before any lakeFS write."""
+
+
+class InputRefError(InvalidInputError):
+    """The input ref does not exist, is not a commit, or cannot be the base of the target."""
+
+
+class WorkspaceError(LakeFenceError):
+    """The workspace directory is missing, unreadable or not what the write mode expects."""
+
+
+class SparkJobError(LakeFenceError):
+    """The Spark job failed; nothing was staged or published."""
+
+
+class StaleAttemptError(LakeFenceError):
+    """This process is no longer the current Airflow attempt of its task; nothing more is written."""
+
+
+class PublishFenceError(LakeFenceError):
+    """The target branch is in a state the protocol cannot explain; the publish failed closed.
+
+    :param message: what was found.
+    :param staging_branch: the staging branch kept as evidence, if any.
+    """
+
+    def __init__(self, message: str, *, staging_branch: str | None = None) -> None:
+        super().__init__(message)
+        self.staging_branch = staging_branch
+
+
+class OutputPrefixError(PublishFenceError):
+    """The attempt changed paths outside the declared ``output_prefixes``; nothing was published."""
+
+
+class PublishRaceError(PublishFenceError):
+    """Verification after acting found that another writer raced the publish.
+
+    The target branch is left as it is (never "fixed" silently) and the staging branch is kept.
+    """
+
+
+class PublishBudgetError(LakeFenceError):
+    """Too little of the task's execution time remains to start publishing."""
+
+
+class LakeFSError(LakeFenceError):
+    """A lakeFS call failed.
+
+    :param message: a description naming the operation, never credentials.
+    :param status: the HTTP status code, or ``None`` when no response arrived.
+    :param operation: the logical operation that failed (e.g. ``create_branch``).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, operation: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.operation = operation
+
+
+class LakeFSBadRequestError(LakeFSError):
+    """lakeFS answered 400 (invalid argument, no changes, dirty branch...)."""
+
+
+class LakeFSAuthError(LakeFSError):
+    """lakeFS answered 401 or 403: wrong credentials or not permitted."""
+
+
+class LakeFSNotFoundError(LakeFSError):
+    """lakeFS answered 404: repository, branch, ref or object not found."""
+
+
+class LakeFSConflictError(LakeFSError):
+    """lakeFS answered 409: the entity exists already, or a merge conflicted."""
+
+
+class LakeFSPreconditionFailedError(LakeFSError):
+    """lakeFS answered 412: a precondition (If-None-Match, pre-merge hook) failed."""
+
+
+class LakeFSUnavailableError(LakeFSError):
+    """lakeFS answered 5xx or 429: possibly transient. A write's outcome is unknown."""
+
+
+class LakeFSConnectionError(LakeFSUnavailableError):
+    """No response from lakeFS (refused, reset, timed out). A write's outcome is unknown."""

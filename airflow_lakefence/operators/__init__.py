@@ -1,0 +1,6 @@
+"""Operators of airflow-lakefence."""
+
+from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
+from airflow_lakefence.operators.resolve_ref import LakeFSResolveRefOperator
+
+__all__ = ["FencedSparkPublishOperator", "LakeFSResolveRefOperator"]

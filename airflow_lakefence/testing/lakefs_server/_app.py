@@ -1,0 +1,772 @@
+"""The WSGI application: lakeFS REST API v1 under ``/api/v1`` and test controls under ``/_lakefence``."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from email.utils import formatdate
+from typing import Any, BinaryIO
+
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.http import parse_range_header
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._store import (
+    DEFAULT_CONTENT_TYPE,
+    DELETE_OBJECTS_MAX,
+    Entry,
+    Page,
+    Store,
+)
+from airflow_lakefence.testing.lakefs_server.controls import Controls, Fault
+
+LAKEFS_VERSION = "1.88.0"
+DEFAULT_PER_PAGE = 100
+MAX_PER_PAGE = 1000
+META_HEADER_PREFIX = "x-lakefs-meta-"
+INTERNAL_HEADER_PREFIX = "x-lakefs-internal-"
+INTERNAL_METADATA_PREFIX = "::lakefs::"
+_UNAUTHENTICATED = {"healthCheck"}
+
+_R = "/api/v1/repositories/<repository>"
+_ROUTES: list[tuple[str, str, str]] = [
+    ("/api/v1/healthcheck", "GET", "healthCheck"),
+    ("/api/v1/config", "GET", "getConfig"),
+    ("/api/v1/config/storage", "GET", "getStorageConfig"),
+    ("/api/v1/config/version", "GET", "getLakeFSVersion"),
+    ("/api/v1/user", "GET", "getCurrentUser"),
+    ("/api/v1/repositories", "GET", "listRepositories"),
+    ("/api/v1/repositories", "POST", "createRepository"),
+    (_R, "GET", "getRepository"),
+    (_R, "DELETE", "deleteRepository"),
+    (f"{_R}/metadata", "GET", "getRepositoryMetadata"),
+    (f"{_R}/metadata", "POST", "setRepositoryMetadata"),
+    (f"{_R}/metadata", "DELETE", "deleteRepositoryMetadata"),
+    (f"{_R}/tags", "GET", "listTags"),
+    (f"{_R}/tags", "POST", "createTag"),
+    (f"{_R}/tags/<tag>", "GET", "getTag"),
+    (f"{_R}/tags/<tag>", "DELETE", "deleteTag"),
+    (f"{_R}/branches", "GET", "listBranches"),
+    (f"{_R}/branches", "POST", "createBranch"),
+    (f"{_R}/branches/<branch>", "GET", "getBranch"),
+    (f"{_R}/branches/<branch>", "DELETE", "deleteBranch"),
+    (f"{_R}/branches/<branch>", "PUT", "resetBranch"),
+    (f"{_R}/branches/<branch>/hard_reset", "PUT", "hardResetBranch"),
+    (f"{_R}/branches/<branch>/revert", "POST", "revertBranch"),
+    (f"{_R}/branches/<branch>/cherry-pick", "POST", "cherryPick"),
+    (f"{_R}/branches/<branch>/commits", "POST", "commit"),
+    (f"{_R}/branches/<branch>/diff", "GET", "diffBranch"),
+    (f"{_R}/branches/<branch>/objects", "POST", "uploadObject"),
+    (f"{_R}/branches/<branch>/objects", "DELETE", "deleteObject"),
+    (f"{_R}/branches/<branch>/objects/delete", "POST", "deleteObjects"),
+    (f"{_R}/branches/<branch>/objects/copy", "POST", "copyObject"),
+    (f"{_R}/branches/<branch>/objects/stage_allowed", "GET", "uploadObjectPreflight"),
+    (f"{_R}/branches/<branch>/objects/stat/user_metadata", "PUT", "updateObjectUserMetadata"),
+    (f"{_R}/refs/<ref>/commits", "GET", "logCommits"),
+    (f"{_R}/refs/<sourceRef>/merge/<destinationBranch>", "POST", "mergeIntoBranch"),
+    (f"{_R}/refs/<sourceRef>/merge/<destinationBranch>", "GET", "findMergeBase"),
+    (f"{_R}/refs/<leftRef>/diff/<rightRef>", "GET", "diffRefs"),
+    (f"{_R}/commits/<commitId>", "GET", "getCommit"),
+    # HEAD first: a GET rule would also answer HEAD.
+    (f"{_R}/refs/<ref>/objects", "HEAD", "headObject"),
+    (f"{_R}/refs/<ref>/objects", "GET", "getObject"),
+    (f"{_R}/refs/<ref>/objects/stat", "GET", "statObject"),
+    (f"{_R}/refs/<ref>/objects/ls", "GET", "listObjects"),
+]
+
+
+def json_response(status: int, body: Any) -> Response:
+    """Return a JSON response.
+
+    :param status: HTTP status.
+    :param body: JSON-serializable body; ``None`` sends no body.
+    """
+    if body is None:
+        return Response(status=status)
+    return Response(json.dumps(body), status=status, content_type="application/json")
+
+
+def _error(exc: errors.ApiError) -> Response:
+    return json_response(exc.status, exc.body)
+
+
+def _bool(request: Request, name: str, default: bool = False) -> bool:
+    value = request.args.get(name)
+    if value is None or value == "":
+        return default
+    lowered = value.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise errors.bad_request(f"invalid boolean for query parameter {name}: {value!r}")
+
+
+def _amount(request: Request) -> int:
+    raw = request.args.get("amount")
+    if raw is None or raw == "":
+        return DEFAULT_PER_PAGE
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise errors.bad_request(f"invalid amount: {raw!r}") from exc
+    if value <= 0:
+        return DEFAULT_PER_PAGE
+    return min(value, MAX_PER_PAGE)
+
+
+def _body(request: Request) -> dict[str, Any]:
+    body = request.get_json(force=True, silent=True)
+    if not isinstance(body, dict):
+        raise errors.bad_request("request body must be a JSON object")
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type, required: bool = False, default: Any = None) -> Any:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise errors.bad_request(f"request body has no {name!r}")
+        return default
+    if kind is int and isinstance(value, bool):
+        raise errors.bad_request(f"{name} must be {kind.__name__}")
+    if not isinstance(value, kind):
+        raise errors.bad_request(f"{name} must be {kind.__name__}")
+    return value
+
+
+def _str_map(body: dict[str, Any], name: str) -> dict[str, str] | None:
+    value = _field(body, name, dict)
+    if value is None:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise errors.bad_request(f"{name} must map strings to strings")
+    return dict(value)
+
+
+def _path(request: Request, name: str = "path") -> str:
+    value = request.args.get(name)
+    if value is None:
+        raise errors.bad_request(f"query parameter {name} is required")
+    return value
+
+
+def _pagination(page_results: list[dict[str, Any]], has_more: bool, token_field: str) -> dict[str, Any]:
+    return {
+        "has_more": has_more,
+        "next_offset": page_results[-1][token_field] if has_more and page_results else "",
+        "results": len(page_results),
+        "max_per_page": MAX_PER_PAGE,
+    }
+
+
+def _diff_results(page: Page) -> dict[str, Any]:
+    results = []
+    for path, item in page.items:
+        if item is None:
+            results.append({"type": "prefix_changed", "path": path, "path_type": "common_prefix"})
+        else:
+            kind, size = item
+            results.append({"type": kind, "path": path, "path_type": "object", "size_bytes": size})
+    return {"pagination": _pagination(results, page.has_more, "path"), "results": results}
+
+
+def _file_chunks(handle: BinaryIO, remaining: int) -> Iterator[bytes]:
+    try:
+        while remaining > 0:
+            chunk = handle.read(min(remaining, 1 << 20))
+            if not chunk:
+                return
+            remaining -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _drop_connection(environ: dict[str, Any]) -> None:
+    sock = environ.get("werkzeug.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    # werkzeug's request handler treats ConnectionError as a client that went away.
+    raise ConnectionResetError("connection dropped by an injected fault")
+
+
+class LakeFSApp:
+    """WSGI application serving the lakeFS API from a :class:`Store`.
+
+    :param store: the data.
+    :param controls: counters, latency and faults.
+    :param access_key_id: the one accepted access key id.
+    :param secret_access_key: its secret.
+    """
+
+    def __init__(self, store: Store, controls: Controls, access_key_id: str, secret_access_key: str) -> None:
+        self.store = store
+        self.controls = controls
+        self._key = access_key_id
+        self._secret = secret_access_key
+        self.url_map = Map([Rule(path, methods=[method], endpoint=op) for path, method, op in _ROUTES])
+        self._handlers: dict[str, Callable[..., Response]] = {
+            op: getattr(self, f"op_{op}") for _, _, op in _ROUTES
+        }
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        if request.path.startswith("/_lakefence/"):
+            response = self._control(request)
+        else:
+            response = self._api(request, environ)
+        return response(environ, start_response)
+
+    def _authenticated(self, request: Request) -> bool:
+        auth = request.authorization
+        if auth is None or auth.type != "basic":
+            return False
+        return hmac.compare_digest(str(auth.username or ""), self._key) and hmac.compare_digest(
+            str(auth.password or ""), self._secret
+        )
+
+    def _api(self, request: Request, environ: dict[str, Any]) -> Response:
+        adapter = self.url_map.bind_to_environ(environ)
+        try:
+            operation, args = adapter.match()
+        except MethodNotAllowed:
+            return json_response(405, {"message": "method not allowed"})
+        except NotFound:
+            return json_response(404, {"message": "path not found"})
+        except HTTPException as exc:
+            return json_response(exc.code or 400, {"message": str(exc.description)})
+        fired = self.controls.record_call(str(operation))
+        latency = self.controls.latency()
+        if latency:
+            time.sleep(latency)
+        early = self._apply_faults([f for f in fired if f.when == "before"], environ, None)
+        if early is not None:
+            return early
+        if operation not in _UNAUTHENTICATED and not self._authenticated(request):
+            response = json_response(401, {"message": "error authenticating request"})
+        else:
+            try:
+                response = self._handlers[str(operation)](request, **args)
+            except errors.ApiError as exc:
+                response = _error(exc)
+        late = self._apply_faults([f for f in fired if f.when == "after"], environ, response)
+        return response if late is None else late
+
+    @staticmethod
+    def _apply_faults(faults: list[Fault], environ: dict[str, Any], done: Response | None) -> Response | None:
+        """Apply fired faults; ``done`` is the response of an operation that already ran."""
+        for fault in faults:
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.drop or fault.status is not None:
+                if done is not None:
+                    done.close()
+                if fault.drop:
+                    _drop_connection(environ)
+                return json_response(fault.status or 500, {"message": "injected fault"})
+        return None
+
+    def _control(self, request: Request) -> Response:
+        name = request.path[len("/_lakefence/"):].strip("/")
+        try:
+            if name == "counts" and request.method == "GET":
+                return json_response(200, self.controls.counts())
+            if name == "counts" and request.method == "DELETE":
+                self.controls.reset_counts()
+                return json_response(204, None)
+            if name == "stats" and request.method == "GET":
+                return json_response(200, self.controls.stats())
+            if name == "latency" and request.method == "PUT":
+                seconds = _field(_body(request), "seconds", (int, float), required=True)  # type: ignore[arg-type]
+                self.controls.set_latency(float(seconds))
+                return json_response(204, None)
+            if name == "faults" and request.method == "POST":
+                body = _body(request)
+                fault = self.controls.add_fault(
+                    operation=_field(body, "operation", str, required=True),
+                    nth=_field(body, "nth", int, default=1),
+                    status=_field(body, "status", int),
+                    delay=_field(body, "delay", (int, float)),  # type: ignore[arg-type]
+                    drop=_field(body, "drop", bool, default=False),
+                    when=_field(body, "when", str, default="before"),
+                )
+                return json_response(201, fault.__dict__)
+            if name == "faults" and request.method == "GET":
+                return json_response(200, [f.__dict__ for f in self.controls.faults()])
+            if name == "faults" and request.method == "DELETE":
+                self.controls.clear_faults()
+                return json_response(204, None)
+        except errors.ApiError as exc:
+            return _error(exc)
+        except ValueError as exc:
+            return json_response(400, {"message": str(exc)})
+        return json_response(404, {"message": "unknown control"})
+
+    # --- config -------------------------------------------------------------------------
+
+    @staticmethod
+    def _storage_config() -> dict[str, Any]:
+        return {
+            "blockstore_type": "local",
+            "blockstore_namespace_example": "local://example-bucket/",
+            "blockstore_namespace_ValidityRegex": "^local://",
+            "default_namespace_prefix": "local://",
+            "pre_sign_support": False,
+            "pre_sign_support_ui": False,
+            "import_support": False,
+            "import_validity_regex": "^local://",
+            "pre_sign_multipart_upload": False,
+            "blockstore_id": "",
+            "blockstore_description": "",
+        }
+
+    def op_healthCheck(self, request: Request) -> Response:
+        return json_response(204, None)
+
+    def op_getConfig(self, request: Request) -> Response:
+        return json_response(
+            200,
+            {
+                "version_config": {"version": LAKEFS_VERSION, "upgrade_recommended": False},
+                "storage_config": self._storage_config(),
+                "storage_config_list": [],
+                "capabilities_config": {},
+            },
+        )
+
+    def op_getStorageConfig(self, request: Request) -> Response:
+        return json_response(200, self._storage_config())
+
+    def op_getLakeFSVersion(self, request: Request) -> Response:
+        return json_response(200, {"version": LAKEFS_VERSION, "upgrade_recommended": False})
+
+    def op_getCurrentUser(self, request: Request) -> Response:
+        return json_response(200, {"user": {"id": self.store.committer, "creation_date": 0}})
+
+    # --- repositories -------------------------------------------------------------------
+
+    def op_listRepositories(self, request: Request) -> Response:
+        repos, has_more = self.store.list_repositories(
+            request.args.get("prefix", ""), request.args.get("after", ""), _amount(request)
+        )
+        results = [r.to_api() for r in repos]
+        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+
+    def op_createRepository(self, request: Request) -> Response:
+        if _bool(request, "bare"):
+            raise errors.not_implemented()
+        body = _body(request)
+        repo = self.store.create_repository(
+            name=_field(body, "name", str, required=True),
+            storage_namespace=_field(body, "storage_namespace", str, required=True),
+            default_branch=_field(body, "default_branch", str, default="main"),
+            storage_id=_field(body, "storage_id", str, default=""),
+            read_only=_field(body, "read_only", bool, default=False),
+        )
+        return json_response(201, repo.to_api())
+
+    def op_getRepository(self, request: Request, repository: str) -> Response:
+        return json_response(200, self.store.get_repository(repository).to_api())
+
+    def op_deleteRepository(self, request: Request, repository: str) -> Response:
+        self.store.delete_repository(repository)
+        return json_response(204, None)
+
+    def op_getRepositoryMetadata(self, request: Request, repository: str) -> Response:
+        return json_response(200, self.store.get_repository_metadata(repository))
+
+    def op_setRepositoryMetadata(self, request: Request, repository: str) -> Response:
+        metadata = _str_map(_body(request), "metadata")
+        if metadata is None:
+            raise errors.bad_request("request body has no 'metadata'")
+        self.store.update_repository_metadata(repository, metadata, [])
+        return json_response(204, None)
+
+    def op_deleteRepositoryMetadata(self, request: Request, repository: str) -> Response:
+        keys = _field(_body(request), "keys", list, required=True)
+        if not all(isinstance(k, str) for k in keys):
+            raise errors.bad_request("keys must be strings")
+        self.store.update_repository_metadata(repository, {}, keys)
+        return json_response(204, None)
+
+    # --- tags and branches --------------------------------------------------------------
+
+    def _ref_list(self, request: Request, repository: str, table: str, show_hidden: bool) -> Response:
+        refs, has_more = self.store.list_refs(
+            repository,
+            table,
+            request.args.get("prefix", ""),
+            request.args.get("after", ""),
+            _amount(request),
+            show_hidden,
+        )
+        results = [{"id": name, "commit_id": commit_id} for name, commit_id in refs]
+        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+
+    def op_listTags(self, request: Request, repository: str) -> Response:
+        return self._ref_list(request, repository, "tags", True)
+
+    def op_createTag(self, request: Request, repository: str) -> Response:
+        body = _body(request)
+        tag = _field(body, "id", str, required=True)
+        commit_id = self.store.create_tag(
+            repository, tag, _field(body, "ref", str, required=True), _field(body, "force", bool, default=False)
+        )
+        return json_response(201, {"id": tag, "commit_id": commit_id})
+
+    def op_getTag(self, request: Request, repository: str, tag: str) -> Response:
+        return json_response(200, {"id": tag, "commit_id": self.store.get_tag(repository, tag)})
+
+    def op_deleteTag(self, request: Request, repository: str, tag: str) -> Response:
+        self.store.delete_tag(repository, tag, _bool(request, "force"))
+        return json_response(204, None)
+
+    def op_listBranches(self, request: Request, repository: str) -> Response:
+        return self._ref_list(request, repository, "branches", _bool(request, "show_hidden"))
+
+    def op_createBranch(self, request: Request, repository: str) -> Response:
+        body = _body(request)
+        commit_id = self.store.create_branch(
+            repository,
+            _field(body, "name", str, required=True),
+            _field(body, "source", str, required=True),
+            hidden=_field(body, "hidden", bool, default=False),
+            force=_field(body, "force", bool, default=False),
+        )
+        return Response(commit_id, status=201, content_type="text/plain; charset=utf-8")
+
+    def op_getBranch(self, request: Request, repository: str, branch: str) -> Response:
+        return json_response(200, {"id": branch, "commit_id": self.store.get_branch(repository, branch)})
+
+    def op_deleteBranch(self, request: Request, repository: str, branch: str) -> Response:
+        self.store.delete_branch(repository, branch, _bool(request, "force"))
+        return json_response(204, None)
+
+    def op_resetBranch(self, request: Request, repository: str, branch: str) -> Response:
+        body = _body(request)
+        self.store.reset_branch(
+            repository,
+            branch,
+            _field(body, "type", str, required=True),
+            _field(body, "path", str, default=""),
+            _field(body, "force", bool, default=False),
+        )
+        return json_response(204, None)
+
+    def op_hardResetBranch(self, request: Request, repository: str, branch: str) -> Response:
+        self.store.hard_reset(repository, branch, _path(request, "ref"), _bool(request, "force"))
+        return json_response(204, None)
+
+    def op_revertBranch(self, request: Request, repository: str, branch: str) -> Response:
+        body = _body(request)
+        overrides = _field(body, "commit_overrides", dict, default={})
+        self.store.revert(
+            repository,
+            branch,
+            _field(body, "ref", str, required=True),
+            _field(body, "parent_number", int, required=True),
+            message=_field(overrides, "message", str),
+            metadata=_str_map(overrides, "metadata"),
+            allow_empty=_field(body, "allow_empty", bool, default=False),
+            force=_field(body, "force", bool, default=False),
+        )
+        return json_response(204, None)
+
+    def op_cherryPick(self, request: Request, repository: str, branch: str) -> Response:
+        body = _body(request)
+        overrides = _field(body, "commit_overrides", dict, default={})
+        created = self.store.cherry_pick(
+            repository,
+            branch,
+            _field(body, "ref", str, required=True),
+            _field(body, "parent_number", int),
+            message=_field(overrides, "message", str),
+            metadata=_str_map(overrides, "metadata"),
+            force=_field(body, "force", bool, default=False),
+        )
+        return json_response(201, created.to_api())
+
+    # --- commits ------------------------------------------------------------------------
+
+    def op_commit(self, request: Request, repository: str, branch: str) -> Response:
+        if request.args.get("source_metarange"):
+            raise errors.not_implemented()
+        body = _body(request)
+        created = self.store.commit(
+            repository,
+            branch,
+            _field(body, "message", str, required=True),
+            metadata=_str_map(body, "metadata"),
+            date=_field(body, "date", int),
+            allow_empty=_field(body, "allow_empty", bool, default=False),
+            force=_field(body, "force", bool, default=False),
+        )
+        return json_response(201, created.to_api())
+
+    def op_getCommit(self, request: Request, repository: str, commitId: str) -> Response:
+        return json_response(200, self.store.get_commit(repository, commitId).to_api())
+
+    def op_logCommits(self, request: Request, repository: str, ref: str) -> Response:
+        since_raw = request.args.get("since")
+        since = None
+        if since_raw:
+            try:
+                since = int(datetime.fromisoformat(since_raw).timestamp())
+            except ValueError as exc:
+                raise errors.bad_request(f"invalid since: {since_raw!r}") from exc
+        commits, has_more = self.store.log(
+            repository,
+            ref,
+            after=request.args.get("after", ""),
+            limit=_amount(request),
+            objects=request.args.getlist("objects"),
+            prefixes=request.args.getlist("prefixes"),
+            stop_on_limit=_bool(request, "limit"),
+            first_parent=_bool(request, "first_parent"),
+            since=since,
+            stop_at=request.args.get("stop_at", ""),
+        )
+        results = [c.to_api() for c in commits]
+        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+
+    # --- diff and merge -----------------------------------------------------------------
+
+    def op_diffRefs(self, request: Request, repository: str, leftRef: str, rightRef: str) -> Response:
+        diff_type = request.args.get("type", "three_dot")
+        page = self.store.diff_refs(
+            repository,
+            leftRef,
+            rightRef,
+            diff_type="two_dot" if diff_type == "two_dot" else "three_dot",
+            prefix=request.args.get("prefix", ""),
+            after=request.args.get("after", ""),
+            delimiter=request.args.get("delimiter", ""),
+            limit=_amount(request),
+        )
+        return json_response(200, _diff_results(page))
+
+    def op_diffBranch(self, request: Request, repository: str, branch: str) -> Response:
+        page = self.store.diff_branch(
+            repository,
+            branch,
+            prefix=request.args.get("prefix", ""),
+            after=request.args.get("after", ""),
+            delimiter=request.args.get("delimiter", ""),
+            limit=_amount(request),
+        )
+        return json_response(200, _diff_results(page))
+
+    def op_mergeIntoBranch(
+        self, request: Request, repository: str, sourceRef: str, destinationBranch: str
+    ) -> Response:
+        body = request.get_json(force=True, silent=True) or {}
+        if not isinstance(body, dict):
+            raise errors.bad_request("request body must be a JSON object")
+        created = self.store.merge(
+            repository,
+            sourceRef,
+            destinationBranch,
+            message=_field(body, "message", str, default=""),
+            metadata=_str_map(body, "metadata"),
+            strategy=_field(body, "strategy", str, default=""),
+            force=_field(body, "force", bool, default=False),
+            allow_empty=_field(body, "allow_empty", bool, default=False),
+            squash=_field(body, "squash_merge", bool, default=False),
+        )
+        return json_response(200, {"reference": created.id})
+
+    def op_findMergeBase(
+        self, request: Request, repository: str, sourceRef: str, destinationBranch: str
+    ) -> Response:
+        source, dest, base = self.store.find_merge_base(repository, sourceRef, destinationBranch)
+        return json_response(
+            200, {"source_commit_id": source, "destination_commit_id": dest, "base_commit_id": base}
+        )
+
+    # --- objects ------------------------------------------------------------------------
+
+    def op_uploadObjectPreflight(self, request: Request, repository: str, branch: str) -> Response:
+        self.store.get_branch(repository, branch)
+        return json_response(204, None)
+
+    def op_uploadObject(self, request: Request, repository: str, branch: str) -> Response:
+        path = _path(request)
+        if_match = request.headers.get("If-Match")
+        if_none_match = request.headers.get("If-None-Match")
+        if if_match is not None or (if_none_match is not None and if_none_match != "*"):
+            raise errors.not_implemented()
+        exclusive = if_none_match == "*"
+        force = _bool(request, "force")
+        self.store.check_upload(repository, branch, path, exclusive)
+        content_type = request.headers.get("Content-Type") or DEFAULT_CONTENT_TYPE
+        if request.mimetype == "multipart/form-data":
+            part = request.files.get("content")
+            if part is None:
+                raise errors.ApiError(500, "multipart upload missing key 'content': http: no such file")
+            content_type = part.content_type or DEFAULT_CONTENT_TYPE
+            blob = self.store.put_blob(part.stream)
+        else:
+            blob = self.store.put_blob(request.stream)
+        metadata = {}
+        for key, value in request.headers.items():
+            lowered = key.lower()
+            if lowered.startswith(META_HEADER_PREFIX):
+                metadata[lowered[len(META_HEADER_PREFIX):]] = value
+            elif lowered.startswith(INTERNAL_HEADER_PREFIX):
+                metadata[INTERNAL_METADATA_PREFIX + lowered[len(INTERNAL_HEADER_PREFIX):]] = value
+        entry = self.store.stage_object(
+            repository,
+            branch,
+            path,
+            blob,
+            content_type=content_type,
+            metadata=metadata,
+            if_none_match=exclusive,
+            force=force,
+        )
+        return json_response(201, entry.stats(path))
+
+    def op_deleteObject(self, request: Request, repository: str, branch: str) -> Response:
+        self.store.delete_objects(repository, branch, [_path(request)], _bool(request, "force"))
+        return json_response(204, None)
+
+    def op_deleteObjects(self, request: Request, repository: str, branch: str) -> Response:
+        paths = _field(_body(request), "paths", list, required=True)
+        if not all(isinstance(p, str) for p in paths):
+            raise errors.bad_request("paths must be strings")
+        if len(paths) > DELETE_OBJECTS_MAX:
+            raise errors.bad_request(f"request size exceeded, max paths is set to {DELETE_OBJECTS_MAX}")
+        # lakeFS skips empty paths (Spark deletes "branch/") and reports no per-path errors here.
+        self.store.delete_objects(repository, branch, [p for p in paths if p], _bool(request, "force"))
+        return json_response(200, {"errors": []})
+
+    def op_copyObject(self, request: Request, repository: str, branch: str) -> Response:
+        body = _body(request)
+        if _field(body, "shallow", bool, default=False):
+            raise errors.not_implemented()
+        dest_path = _path(request, "dest_path")
+        entry = self.store.copy_object(
+            repository,
+            branch,
+            dest_path,
+            _field(body, "src_ref", str, default=""),
+            _field(body, "src_path", str, required=True),
+            _field(body, "force", bool, default=False),
+        )
+        return json_response(201, entry.stats(dest_path))
+
+    def op_updateObjectUserMetadata(self, request: Request, repository: str, branch: str) -> Response:
+        metadata = _str_map(_body(request), "set")
+        if metadata is None:
+            raise errors.bad_request("request body has no 'set'")
+        self.store.update_object_metadata(repository, branch, _path(request), metadata)
+        return json_response(204, None)
+
+    def op_statObject(self, request: Request, repository: str, ref: str) -> Response:
+        if _bool(request, "presign"):
+            raise errors.not_implemented()
+        path = _path(request)
+        entry = self.store.stat_object(repository, ref, path)
+        return json_response(200, entry.stats(path, _bool(request, "user_metadata", True)))
+
+    def op_listObjects(self, request: Request, repository: str, ref: str) -> Response:
+        if _bool(request, "presign"):
+            raise errors.not_implemented()
+        with_metadata = _bool(request, "user_metadata", True)
+        page = self.store.list_objects(
+            repository,
+            ref,
+            prefix=request.args.get("prefix", ""),
+            after=request.args.get("after", ""),
+            delimiter=request.args.get("delimiter", ""),
+            limit=_amount(request),
+        )
+        results: list[dict[str, Any]] = []
+        for path, entry in page.items:
+            if entry is None:
+                results.append(
+                    {"path": path, "path_type": "common_prefix", "physical_address": "", "checksum": "", "mtime": 0}
+                )
+            else:
+                stats = entry.stats(path, with_metadata)
+                if not with_metadata:
+                    del stats["metadata"]
+                results.append(stats)
+        return json_response(200, {"pagination": _pagination(results, page.has_more, "path"), "results": results})
+
+    def _object_headers(self, entry: Entry) -> dict[str, str]:
+        return {
+            "ETag": f'"{entry.checksum}"',
+            "Last-Modified": formatdate(entry.mtime, usegmt=True),
+            "Content-Type": entry.content_type,
+            "Accept-Ranges": "bytes",
+            "Cache-Control": "no-store, must-revalidate",
+            "Expires": "0",
+        }
+
+    def _range(self, request: Request, size: int) -> tuple[int, int] | None:
+        header = request.headers.get("Range")
+        if header is None:
+            return None
+        parsed = parse_range_header(header)
+        bounds = parsed.range_for_length(size) if parsed is not None and len(parsed.ranges) == 1 else None
+        if bounds is None:
+            raise errors.ApiError(416, "Requested Range Not Satisfiable")
+        return bounds
+
+    def op_headObject(self, request: Request, repository: str, ref: str) -> Response:
+        try:
+            entry = self.store.stat_object(repository, ref, _path(request))
+            headers = self._object_headers(entry)
+            bounds = self._range(request, entry.size)
+        except errors.ApiError as exc:
+            # HEAD answers carry no body.
+            return Response(status=exc.status)
+        if bounds is None:
+            response = Response(status=200, headers=headers)
+            response.headers["Content-Length"] = str(entry.size)
+            return response
+        start, stop = bounds
+        response = Response(status=206, headers=headers)
+        response.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{entry.size}"
+        response.headers["Content-Length"] = str(stop - start)
+        return response
+
+    def op_getObject(self, request: Request, repository: str, ref: str) -> Response:
+        if _bool(request, "presign"):
+            raise errors.not_implemented()
+        entry = self.store.stat_object(repository, ref, _path(request))
+        headers = self._object_headers(entry)
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return Response(status=304)
+        try:
+            bounds = self._range(request, entry.size)
+        except errors.ApiError as exc:
+            response = _error(exc)
+            response.headers["Content-Range"] = f"bytes */{entry.size}"
+            return response
+        handle = open(self.store.blob_path(entry.blob), "rb")  # noqa: SIM115 - closed by _file_chunks
+        headers["Content-Disposition"] = "attachment"
+        headers["X-Content-Type-Options"] = "nosniff"
+        if bounds is None:
+            response = Response(_file_chunks(handle, entry.size), status=200, headers=headers)
+            response.headers["Content-Length"] = str(entry.size)
+            return response
+        start, stop = bounds
+        handle.seek(start)
+        response = Response(_file_chunks(handle, stop - start), status=206, headers=headers)
+        response.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{entry.size}"
+        response.headers["Content-Length"] = str(stop - start)
+        return response

@@ -1,0 +1,182 @@
+"""Starting and stopping the server: in a background thread, or as a process (``run_server``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import FrameType, TracebackType
+from typing import Any, Self, TextIO
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from airflow_lakefence.testing.lakefs_server._app import LakeFSApp
+from airflow_lakefence.testing.lakefs_server._store import Store
+from airflow_lakefence.testing.lakefs_server.controls import Controls
+
+# The lakeFS quickstart credentials: what lakeFS examples and docs use.
+DEFAULT_ACCESS_KEY_ID = "AKIAIOSFOLQUICKSTART"
+DEFAULT_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Request handler that does not log every request to stderr."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Skip per-request logging."""
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        """Log only errors."""
+        if type == "error":
+            super().log(type, message, *args)
+
+
+class LakeFSServer:
+    """A lakeFS-compatible server on a local port, backed by ``data_dir``.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+
+    :param data_dir: directory for the SQLite metadata and object bytes; reusing it after a
+        restart (even after SIGKILL) keeps every acknowledged write.
+    :param host: interface to bind.
+    :param port: port to bind; 0 picks a free one.
+    :param access_key_id: the one accepted access key id (Basic auth user).
+    :param secret_access_key: its secret (Basic auth password).
+    :param latency: seconds of latency added to every lakeFS API request.
+    :param committer: name recorded as the committer of commits and merges.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        access_key_id: str = DEFAULT_ACCESS_KEY_ID,
+        secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY,
+        latency: float = 0.0,
+        committer: str = "admin",
+    ) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.host = host
+        self.port = port
+        self.access_key_id = access_key_id
+        self.secret_access_key = secret_access_key
+        self._latency = latency
+        self._committer = committer
+        self._store: Store | None = None
+        self._controls: Controls | None = None
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000`` (no ``/api/v1``).
+
+        :raises RuntimeError: if the server is not running.
+        """
+        if self._server is None:
+            raise RuntimeError("server is not running")
+        return f"http://{self.host}:{self._server.server_port}"
+
+    @property
+    def endpoint(self) -> str:
+        """The lakeFS API endpoint, ``<url>/api/v1``."""
+        return f"{self.url}/api/v1"
+
+    @property
+    def controls(self) -> Controls:
+        """Request counts, latency and faults of this server.
+
+        :raises RuntimeError: if the server was never started.
+        """
+        if self._controls is None:
+            raise RuntimeError("server is not running")
+        return self._controls
+
+    @property
+    def store(self) -> Store:
+        """The server's store, for server-internal test setup.
+
+        :raises RuntimeError: if the server was never started.
+        """
+        if self._store is None:
+            raise RuntimeError("server is not running")
+        return self._store
+
+    def start(self) -> Self:
+        """Bind the port and serve requests in a daemon thread.
+
+        :raises RuntimeError: if already started.
+        """
+        if self._server is not None:
+            raise RuntimeError("server already started")
+        self._store = Store(self.data_dir, committer=self._committer)
+        self._controls = Controls(self._store)
+        self._controls.set_latency(self._latency)
+        app = LakeFSApp(self._store, self._controls, self.access_key_id, self.secret_access_key)
+        self._server = make_server(self.host, self.port, app, threaded=True, request_handler=_QuietHandler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"lakefs-server-{self._server.server_port}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the database connections. Safe to call twice."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def run_server(
+    data_dir: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    access_key_id: str = DEFAULT_ACCESS_KEY_ID,
+    secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY,
+    latency: float = 0.0,
+    out: TextIO | None = None,
+) -> None:
+    """Run a server until SIGTERM or SIGINT; print its URL as the first line of ``out``.
+
+    :param data_dir: data directory.
+    :param host: interface to bind.
+    :param port: port; 0 picks a free one.
+    :param access_key_id: accepted access key id.
+    :param secret_access_key: accepted secret.
+    :param latency: seconds added to every API request.
+    :param out: where to print the URL (default stdout); flushed at once.
+    """
+    server = LakeFSServer(data_dir, host, port, access_key_id, secret_access_key, latency)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with server:
+            stream = out if out is not None else sys.stdout
+            print(server.url, file=stream, flush=True)
+            stop.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

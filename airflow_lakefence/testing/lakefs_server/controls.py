@@ -1,0 +1,231 @@
+"""Test controls: request counts, injected latency and scripted faults.
+
+The same controls are reachable in-process (:class:`Controls`, ``LakeFSServer.controls``) and over
+HTTP under ``/_lakefence/`` (:class:`RemoteControls` for a server in another process). The
+``/_lakefence/`` endpoints need no authentication: they exist only on this test server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from airflow_lakefence.testing.lakefs_server._store import Store
+
+When = Literal["before", "after"]
+
+
+@dataclass
+class Fault:
+    """A scripted failure of the ``nth`` next call to ``operation``.
+
+    :param operation: swagger operationId (``mergeIntoBranch``, ``commit``, ...).
+    :param nth: which upcoming call fails: 1 is the next one.
+    :param status: answer with this HTTP status and ``{"message": "injected fault"}``.
+    :param delay: sleep this many seconds first.
+    :param drop: close the connection without an answer.
+    :param when: ``before`` the operation runs, or ``after`` it ran and was committed
+        (the client then cannot tell that its write happened).
+    """
+
+    operation: str
+    nth: int = 1
+    status: int | None = None
+    delay: float | None = None
+    drop: bool = False
+    when: When = "before"
+
+
+class Controls:
+    """In-process test controls of one server.
+
+    :param store: the server's store, for its internal counters.
+    """
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._latency = 0.0
+        # Each pending fault with the number of calls to its operation still to come before it fires.
+        self._faults: list[tuple[Fault, int]] = []
+        self._store = store
+
+    def counts(self) -> dict[str, int]:
+        """Return the number of requests per operationId since the last reset."""
+        with self._lock:
+            return dict(self._counts)
+
+    def reset_counts(self) -> None:
+        """Zero the request counts and the store's internal counters."""
+        with self._lock:
+            self._counts.clear()
+        if self._store is not None:
+            self._store.reset_stats()
+
+    def stats(self) -> dict[str, int]:
+        """Return server-internal counters (``commit_reads``, ``tree_rows_read``)."""
+        return {} if self._store is None else self._store.stats()
+
+    def latency(self) -> float:
+        """Return the latency added to every lakeFS API request, in seconds."""
+        with self._lock:
+            return self._latency
+
+    def set_latency(self, seconds: float) -> None:
+        """Add ``seconds`` of latency to every lakeFS API request.
+
+        :param seconds: delay per request; 0 disables.
+        :raises ValueError: if negative.
+        """
+        if seconds < 0:
+            raise ValueError("latency must not be negative")
+        with self._lock:
+            self._latency = float(seconds)
+
+    def add_fault(
+        self,
+        operation: str,
+        nth: int = 1,
+        status: int | None = None,
+        delay: float | None = None,
+        drop: bool = False,
+        when: When = "before",
+    ) -> Fault:
+        """Script a failure of the ``nth`` next call to ``operation``; see :class:`Fault`.
+
+        :param operation: swagger operationId.
+        :param nth: which upcoming call fails (1 = the next one).
+        :param status: HTTP status to answer with.
+        :param delay: seconds to sleep.
+        :param drop: drop the connection.
+        :param when: ``before`` or ``after`` the operation runs.
+        :raises ValueError: on an invalid combination.
+        """
+        fault = Fault(operation, nth, status, delay, drop, when)
+        if nth < 1:
+            raise ValueError("nth must be >= 1")
+        if when not in ("before", "after"):
+            raise ValueError("when must be 'before' or 'after'")
+        if status is None and delay is None and not drop:
+            raise ValueError("a fault needs a status, a delay or drop")
+        if status is not None and not 100 <= status <= 599:
+            raise ValueError("status must be an HTTP status code")
+        with self._lock:
+            self._faults.append((fault, nth))
+        return fault
+
+    def clear_faults(self) -> None:
+        """Remove every scripted fault, fired or not."""
+        with self._lock:
+            self._faults.clear()
+
+    def faults(self) -> list[Fault]:
+        """Return the faults that have not fired yet."""
+        with self._lock:
+            return [fault for fault, _ in self._faults]
+
+    def reset(self) -> None:
+        """Reset counts, latency and faults."""
+        self.reset_counts()
+        self.set_latency(0)
+        self.clear_faults()
+
+    def record_call(self, operation: str) -> list[Fault]:
+        """Count one call to ``operation`` and return (and disarm) the faults it triggers.
+
+        :param operation: swagger operationId.
+        """
+        fired: list[Fault] = []
+        pending: list[tuple[Fault, int]] = []
+        with self._lock:
+            self._counts[operation] += 1
+            for fault, remaining in self._faults:
+                if fault.operation == operation:
+                    remaining -= 1
+                    if remaining == 0:
+                        fired.append(fault)
+                        continue
+                pending.append((fault, remaining))
+            self._faults = pending
+        return fired
+
+
+class RemoteControls:
+    """The test controls of a server in another process, over ``/_lakefence/``.
+
+    :param url: the server URL (``http://127.0.0.1:PORT``, without ``/api/v1``).
+    :param timeout: seconds per control request.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            f"{self.url}/_lakefence/{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            payload = response.read()
+        return json.loads(payload) if payload else None
+
+    def counts(self) -> dict[str, int]:
+        """Return the number of requests per operationId since the last reset."""
+        result: dict[str, int] = self._call("GET", "counts")
+        return result
+
+    def reset_counts(self) -> None:
+        """Zero the request counts and the store's internal counters."""
+        self._call("DELETE", "counts")
+
+    def stats(self) -> dict[str, int]:
+        """Return server-internal counters."""
+        result: dict[str, int] = self._call("GET", "stats")
+        return result
+
+    def set_latency(self, seconds: float) -> None:
+        """Add ``seconds`` of latency to every lakeFS API request.
+
+        :param seconds: delay per request; 0 disables.
+        """
+        self._call("PUT", "latency", {"seconds": seconds})
+
+    def add_fault(
+        self,
+        operation: str,
+        nth: int = 1,
+        status: int | None = None,
+        delay: float | None = None,
+        drop: bool = False,
+        when: When = "before",
+    ) -> Fault:
+        """Script a failure of the ``nth`` next call to ``operation``; see :class:`Fault`.
+
+        :param operation: swagger operationId.
+        :param nth: which upcoming call fails (1 = the next one).
+        :param status: HTTP status to answer with.
+        :param delay: seconds to sleep.
+        :param drop: drop the connection.
+        :param when: ``before`` or ``after`` the operation runs.
+        """
+        fault = Fault(operation, nth, status, delay, drop, when)
+        self._call("POST", "faults", asdict(fault))
+        return fault
+
+    def clear_faults(self) -> None:
+        """Remove every scripted fault."""
+        self._call("DELETE", "faults")
+
+    def reset(self) -> None:
+        """Reset counts, latency and faults."""
+        self.reset_counts()
+        self.set_latency(0)
+        self.clear_faults()

@@ -1,0 +1,91 @@
+"""Test set-up: a throw-away Airflow home on SQLite, connections to the local lakeFS server.
+
+Airflow reads its configuration at import time, so the environment is set here, before any test
+module imports it. The lakeFS server fixtures come from the package's pytest plugin
+(``airflow_lakefence.testing.lakefs_server.pytest_plugin``, entry point ``pytest11``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_HOME = Path(tempfile.mkdtemp(prefix="lakefence-airflow-"))
+DAGS_FOLDER = _HOME / "dags"
+DAGS_FOLDER.mkdir()
+# dag.test() needs the DAG file inside the configured dags folder (a bundle).
+(DAGS_FOLDER / "examples").symlink_to(REPO / "dags_examples")
+(DAGS_FOLDER / "testdags").symlink_to(REPO / "tests" / "dags")
+
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+        "AIRFLOW_CONN_SPARK_LOCAL": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+)
+# The Spark provider runs `spark-submit` from PATH: use this interpreter's environment's.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """Migrate the session's SQLite metadata DB once (a few seconds)."""
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return _HOME
+
+
+@pytest.fixture
+def lakefs_conn(lakefs_server: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Point the ``lakefs_default`` Airflow connection at the test lakeFS server."""
+    conn = {
+        "conn_type": "lakefs",
+        "host": lakefs_server.endpoint,
+        "login": lakefs_server.access_key_id,
+        "password": lakefs_server.secret_access_key,
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_DEFAULT", json.dumps(conn))
+    return conn
+
+
+def load_dag_module(relative: str) -> ModuleType:
+    """Import a DAG file through its path inside the dags folder (so fileloc lies in the bundle).
+
+    :param relative: e.g. ``testdags/fenced_test_dags.py``.
+    """
+    path = DAGS_FOLDER / relative
+    name = "lakefence_dag_" + relative.replace("/", "_").removesuffix(".py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def clean_failpoints() -> Iterator[None]:
+    """Disarm every in-process failpoint after the test."""
+    from airflow_lakefence import failpoints
+
+    yield
+    failpoints.disarm_all()

@@ -1,0 +1,82 @@
+"""DAGs the integration tests run under ``dag.test()``; everything per test comes from dag_run.conf.
+
+conf keys: repository, target, input_ref, job (the write_job spec), output_prefixes.
+The Spark engine is tests/fake_spark/spark-submit (the JVM skipped) via PATH; the protocol,
+SparkSubmitHook, Airflow and lakeFS are all real.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_lakefence.operators import FencedSparkPublishOperator
+
+HERE = Path(__file__).resolve().parent
+FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
+JOB = str(HERE.parent / "jobs" / "write_job.py")
+
+
+def _fenced(task_id: str, **kwargs: object) -> FencedSparkPublishOperator:
+    return FencedSparkPublishOperator(
+        task_id=task_id,
+        conn_id="spark_local",
+        application=JOB,
+        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],  # a prefix keeps native rendering from parsing it
+        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        repository="{{ dag_run.conf['repository'] }}",
+        target_branch="{{ dag_run.conf['target'] }}",
+        input_ref="{{ dag_run.conf['input_ref'] }}",
+        stale_grace_period=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+#: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
+FAILURES: dict[tuple[str, int], BaseException] = {}
+
+
+def _record_failure(context: Any) -> None:
+    ti = context["ti"]
+    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
+
+
+def _dag(dag_id: str, retries: int = 0) -> DAG:
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        render_template_as_native_obj=True,
+        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
+    )
+
+
+with _dag("lf_test_workspace") as workspace_dag:
+    _fenced("publish", write_mode="workspace", output_prefixes="{{ dag_run.conf.get('output_prefixes') }}")
+
+with _dag("lf_test_direct") as direct_dag:
+    _fenced("publish", write_mode="direct", output_prefixes="{{ dag_run.conf.get('output_prefixes') }}")
+
+with _dag("lf_test_empty_ok") as empty_ok_dag:
+    _fenced("publish", write_mode="workspace", allow_empty_workspace=True)
+
+with _dag("lf_test_read_only") as read_only_dag:
+    _fenced("publish", read_only=True)
+
+with _dag("lf_test_budget") as budget_dag:
+    _fenced(
+        "publish",
+        write_mode="workspace",
+        execution_timeout=timedelta(seconds=20),
+        publish_budget=timedelta(seconds=19),
+    )
+
+with _dag("lf_test_retry", retries=1) as retry_dag:
+    _fenced("publish", write_mode="workspace", allow_empty_workspace=True)

@@ -1,0 +1,68 @@
+"""Shared helpers of the integration tests: run DAGs, read Airflow and lakeFS state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lakefs
+
+
+def commit_files(repo: lakefs.Repository, branch: str, files: dict[str, str], message: str) -> str:
+    """Upload ``files`` to ``branch`` and commit; return the commit id."""
+    ref = repo.branch(branch)
+    for path, text in files.items():
+        ref.object(path).upload(text.encode(), pre_sign=False)
+    return ref.commit(message).get_commit().id
+
+
+def read_text(repo: lakefs.Repository, ref: str, path: str) -> str:
+    """Read one object as text."""
+    with repo.ref(ref).object(path).reader(mode="r", pre_sign=False) as fd:
+        return str(fd.read())
+
+
+def staging_branches(repo: lakefs.Repository, prefix: str = "lakefence") -> list[str]:
+    """Names of the staging branches left in ``repo`` (hidden ones included)."""
+    return [b.id for b in repo.branches(prefix=prefix, show_hidden=True)]
+
+
+def run_dag(dag: Any, run_conf: dict[str, Any]) -> Any:
+    """Run ``dag`` once under ``dag.test()`` and return the DagRun."""
+    return dag.test(run_conf=run_conf)
+
+
+def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
+    """All XComs of ``task_id`` in ``dag_run`` as {key: value}."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id)
+            .all()
+        )
+        return {row.key: XComModel.deserialize_value(row) for row in rows}
+
+
+def ti_state(dag_run: Any, task_id: str) -> tuple[str | None, int]:
+    """(state, try_number) of a task instance of ``dag_run``."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
+        return (None if ti.state is None else str(ti.state), ti.try_number)
+
+
+def update_ti(dag_id: str, task_id: str, *, state: str | None = None, clear: bool = False) -> None:
+    """Play the UI on the running task instance: mark it ``state``, or clear it (a new try)."""
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id, state="running").one()
+        if clear:
+            clear_task_instances([ti], session)
+        else:
+            ti.state = state

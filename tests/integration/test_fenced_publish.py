@@ -1,0 +1,273 @@
+"""FencedSparkPublishOperator end to end: real Airflow DB and ``dag.test()``, real HTTP to the local
+lakeFS server through the real SDK. The Spark engine is the fake spark-submit (JVM skipped); the
+real-PySpark run is the example DAG's test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.exceptions import (
+    InputRefError,
+    OutputPrefixError,
+    PublishBudgetError,
+    PublishFenceError,
+    StaleAttemptError,
+    WorkspaceError,
+)
+from tests.conftest import load_dag_module
+from tests.integration.helpers import (
+    commit_files,
+    read_text,
+    run_dag,
+    staging_branches,
+    ti_state,
+    update_ti,
+    xcoms,
+)
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
+
+
+@pytest.fixture
+def dags() -> Any:
+    module = load_dag_module("testdags/fenced_test_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+@pytest.fixture
+def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+    """A repository whose ``main`` holds one input commit; returns (repo, input commit id)."""
+    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+
+
+def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
+
+
+def test_workspace_publish_merges_onto_input(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b/c.txt": "C"}}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert values["return_value"] == values["output_ref"] == head.id
+    assert values["decision"] == "merge"
+    assert values["input_ref"] == input_commit
+    assert head.parents[0] == input_commit
+    assert head.parents[1] == values["staged_commit"]
+    assert head.metadata[".lakefs.merge.strategy"]
+    record = decode_metadata(head.metadata)
+    assert record is not None and record.role == "publish" and record.input_ref == input_commit
+    assert record.attempt.try_number == 1 and record.staged_commit == values["staged_commit"]
+    assert read_text(repo, "main", "out/a.txt") == "A"
+    assert read_text(repo, "main", "out/b/c.txt") == "C"
+    assert read_text(repo, "main", "in/data.txt") == "input"
+    assert values["staging_branch"].startswith("lakefence-publish-")
+    assert staging_branches(repo) == []
+
+
+def test_branch_name_input_is_resolved_once(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, "main", {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["input_ref"] == input_commit
+    assert repo.branch("main").get_commit().parents[0] == input_commit
+
+
+def test_no_changes_is_a_noop(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"in/data.txt": "input"}}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "noop"
+    assert values["output_ref"] == values["staged_commit"] == input_commit
+    assert repo.branch("main").get_commit().id == input_commit
+    assert staging_branches(repo) == []
+
+
+def test_abandoned_publication_is_replaced_by_the_retry(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    seen: list[str] = []
+
+    def worker_dies_after_publishing() -> None:
+        if not seen:
+            seen.append(repo.branch("main").get_commit().id)
+            raise RuntimeError("worker died after publishing")
+
+    failpoints.arm("after_verify", worker_dies_after_publishing)
+    dr = run_dag(dags.retry_dag, conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    assert ti_state(dr, "publish") == ("success", 2)
+    abandoned = repo.commit(seen[0]).get_commit()
+    assert decode_metadata(abandoned.metadata).attempt.try_number == 1  # type: ignore[union-attr]
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "replace"
+    assert head.id == values["output_ref"] == values["staged_commit"]
+    assert head.parents == [input_commit]
+    stamp = read_text(repo, "main", "out/stamp.txt")
+    assert "-t2-" in stamp and stamp == values["staging_branch"]
+    assert [c.id for c in repo.branch("main").log(max_amount=2)] == [head.id, input_commit]
+    assert staging_branches(repo) == []
+
+
+def test_abandoned_publication_relocated_when_retry_changes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    calls: list[int] = []
+
+    def die_once() -> None:
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("worker died after publishing")
+
+    failpoints.arm("after_verify", die_once)
+    job = {"first_try_files": {"out/only-try-1.txt": "1"}}
+    dr = run_dag(dags.retry_dag, conf(repo, input_commit, job))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "relocate"
+    assert repo.branch("main").get_commit().id == values["output_ref"] == input_commit
+    assert "out/only-try-1.txt" not in [o.path for o in repo.ref("main").objects()]
+
+
+def test_foreign_commit_before_the_run_fails_before_the_job(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], PublishFenceError)
+    assert repo.branch("main").get_commit().id == foreign
+    assert staging_branches(repo) == []
+
+
+def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    foreign: list[str] = []
+    failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = dags.FAILURES[("lf_test_workspace", 1)]
+    assert type(error) is PublishFenceError
+    assert repo.branch("main").get_commit().id == foreign[0]
+    kept = staging_branches(repo)
+    assert kept == [error.staging_branch]
+    evidence = repo.branch(kept[0]).get_commit()
+    assert evidence.parents == [input_commit]
+    assert read_text(repo, kept[0], "out/a.txt") == "A"
+
+
+def test_target_two_commits_past_input_fails_closed(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    commit_files(repo, "main", {"x1.txt": "1"}, "one")
+    second = commit_files(repo, "main", {"x2.txt": "2"}, "two")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], PublishFenceError)
+    assert repo.branch("main").get_commit().id == second
+
+
+@pytest.mark.parametrize(("point", "state"), [("after_job", "failed"), ("after_stage", "failed"), ("after_stage", "success")])
+def test_stale_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], point: str, state: str) -> None:
+    repo, input_commit = seeded
+    failpoints.arm(point, lambda: update_ti("lf_test_workspace", "publish", state=state))
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    error = dags.FAILURES.get(("lf_test_workspace", 1))
+    assert isinstance(error, StaleAttemptError), error
+    assert f"state is '{state}'" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit
+    assert staging_branches(repo) == []
+    assert xcoms(dr, "publish").get("output_ref") is None
+
+
+def test_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    """Clearing mints a new task-instance id: the old try's fence finds its id archived."""
+    repo, input_commit = seeded
+    failpoints.arm("after_stage", lambda: update_ti("lf_test_workspace", "publish", clear=True))
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    error = dags.FAILURES.get(("lf_test_workspace", 1))
+    assert isinstance(error, StaleAttemptError) and "no longer live" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit
+    assert staging_branches(repo) == []
+    assert xcoms(dr, "publish").get("output_ref") is None
+
+
+def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.reset_counts()
+    dr = run_dag(dags.read_only_dag, conf(repo, "main", {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["output_ref"] == values["input_ref"] == input_commit
+    assert values["decision"] == "read_only"
+    counts = lakefs_controls.counts()
+    assert set(counts) == {"getCommit"}, counts
+    assert repo.branch("main").get_commit().id == input_commit
+    assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]
+
+
+def test_workspace_mode_uploads_a_thousand_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"generate": {"prefix": "many/", "count": 1000, "size": 64}}))
+    assert dr.state == "success"
+    paths = [o.path for o in repo.ref("main").objects(prefix="many/")]
+    assert len(paths) == 1000
+    assert read_text(repo, "main", "many/part-00999.txt") == "x" * 64
+
+
+def test_direct_mode_publishes_what_the_job_wrote(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"tables/t/p1.txt": "1"}}, output_prefixes=["tables/t/"]))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "merge"
+    assert read_text(repo, "main", "tables/t/p1.txt") == "1"
+    assert repo.branch("main").get_commit().parents[0] == input_commit
+
+
+@pytest.mark.parametrize("dag_name", ["workspace_dag", "direct_dag"])
+def test_output_outside_prefixes_fails_closed(dags: Any, seeded: tuple[lakefs.Repository, str], dag_name: str) -> None:
+    repo, input_commit = seeded
+    job = {"files": {"tables/t/ok.txt": "1", "tables/other/bad.txt": "2"}}
+    dr = run_dag(getattr(dags, dag_name), conf(repo, input_commit, job, output_prefixes=["tables/t"]))
+    assert dr.state == "failed"
+    error = dags.FAILURES[(getattr(dags, dag_name).dag_id, 1)]
+    assert isinstance(error, OutputPrefixError)
+    assert "tables/other/" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+def test_publish_budget_larger_than_remaining_time(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.budget_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "sleep": 1.5}))
+    assert dr.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_test_budget", 1)], PublishBudgetError)
+    assert repo.branch("main").get_commit().id == input_commit
+    assert staging_branches(repo) == []
+
+
+def test_unknown_input_ref_is_a_clear_error(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, "f" * 64, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], InputRefError)
+    assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+def test_empty_workspace_is_an_error_unless_allowed(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {}))
+    assert dr.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], WorkspaceError)
+    dr = run_dag(dags.empty_ok_dag, conf(repo, input_commit, {}))
+    assert dr.state == "success"
+    assert xcoms(dr, "publish")["decision"] == "noop"
+    assert repo.branch("main").get_commit().id == input_commit

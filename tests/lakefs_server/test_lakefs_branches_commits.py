@@ -1,0 +1,273 @@
+"""Conformance: repositories, branches, commits, log and ref expressions (lakefs / lakefs_sdk clients)."""
+
+from __future__ import annotations
+
+import uuid
+
+import lakefs
+import lakefs_sdk
+import pytest
+from lakefs.exceptions import (
+    BadRequestException,
+    ConflictException,
+    ForbiddenException,
+    NotFoundException,
+)
+
+
+def _put(branch: lakefs.Branch, path: str, data: str = "x") -> None:
+    branch.object(path).upload(data)
+
+
+def test_config_and_healthcheck(lakefs_client: lakefs.Client) -> None:
+    api = lakefs_client.sdk_client
+    api.health_check_api.health_check()
+    config = api.config_api.get_config()
+    assert config.storage_config is not None
+    assert config.storage_config.pre_sign_support is False
+    assert lakefs_client.storage_config.blockstore_type
+    assert lakefs_client.version
+
+
+def test_repository_lifecycle(lakefs_server, lakefs_client: lakefs.Client) -> None:
+    name = f"lakefence-{uuid.uuid4().hex[:12]}"
+    namespace = f"{lakefs_server.storage_namespace}/{name}"
+    repo = lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace, default_branch="trunk")
+    try:
+        assert repo.properties.default_branch == "trunk"
+        assert repo.properties.storage_namespace == namespace
+        assert [b.id for b in repo.branches()] == ["trunk"]
+        again = lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace + "-x", exist_ok=True)
+        assert again.properties.default_branch == "trunk"
+        with pytest.raises(ConflictException):
+            lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace + "-y")
+        assert name in {r.id for r in lakefs.repositories(client=lakefs_client, prefix="lakefence-")}
+        first = repo.branch("trunk").get_commit()
+        assert first.parents == [] and first.message == "Repository created"
+    finally:
+        repo.delete()
+    with pytest.raises(lakefs_sdk.exceptions.NotFoundException):
+        lakefs_client.sdk_client.repositories_api.get_repository(name)
+
+
+def test_namespace_of_other_blockstore_is_400(lakefs_client: lakefs.Client) -> None:
+    with pytest.raises(BadRequestException):
+        lakefs.Repository(f"lakefence-{uuid.uuid4().hex[:12]}", client=lakefs_client).create(
+            storage_namespace="mem://not-this-blockstore"
+        )
+
+
+def test_repository_metadata(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    api = lakefs_client.sdk_client.internal_api
+    assert lakefs_repo.metadata == {}
+    api.set_repository_metadata(lakefs_repo.id, lakefs_sdk.RepositoryMetadataSet(metadata={"a": "1", "b": "2"}))
+    api.delete_repository_metadata(lakefs_repo.id, lakefs_sdk.RepositoryMetadataKeys(keys=["a"]))
+    assert lakefs_repo.metadata == {"b": "2"}
+
+
+def test_branch_create_get_delete(lakefs_repo: lakefs.Repository) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "a")
+    c1 = main.commit("c1").get_commit()
+    feature = lakefs_repo.branch("feature").create("main")
+    assert feature.get_commit().id == c1.id
+    with pytest.raises(ConflictException):
+        lakefs_repo.branch("feature").create("main")
+    assert lakefs_repo.branch("feature").create("main", exist_ok=True).id == "feature"
+    from_commit = lakefs_repo.branch("from-commit").create(c1.id)
+    assert from_commit.get_commit().id == c1.id
+    from_expr = lakefs_repo.branch("from-parent").create("main~1")
+    assert from_expr.get_commit().id == c1.parents[0]
+    with pytest.raises(NotFoundException):
+        lakefs_repo.branch("nope").create("no-such-ref")
+    with pytest.raises(BadRequestException):
+        lakefs_repo.branch("bad/name").create("main")
+    feature.delete()
+    with pytest.raises(NotFoundException):
+        feature.get_commit()
+    with pytest.raises(NotFoundException):
+        feature.delete()
+    with pytest.raises(ForbiddenException):
+        main.delete()
+
+
+def test_create_branch_returns_commit_id_text(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    head = lakefs_repo.branch("main").get_commit().id
+    created = lakefs_client.sdk_client.branches_api.create_branch(
+        lakefs_repo.id, lakefs_sdk.BranchCreation(name="b1", source="main")
+    )
+    assert created == head
+
+
+def test_hidden_branches_and_listing_pagination(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    for i in range(7):
+        lakefs_repo.branch(f"vis-{i}").create("main")
+    lakefs_repo.branch("hid-1").create("main", hidden=True)
+    visible = [b.id for b in lakefs_repo.branches()]
+    assert "hid-1" not in visible
+    assert visible == sorted(visible)
+    assert "hid-1" in [b.id for b in lakefs_repo.branches(show_hidden=True)]
+    api = lakefs_client.sdk_client.branches_api
+    page1 = api.list_branches(lakefs_repo.id, prefix="vis-", amount=3)
+    assert [r.id for r in page1.results] == ["vis-0", "vis-1", "vis-2"]
+    assert page1.pagination.has_more and page1.pagination.next_offset == "vis-2"
+    page3 = api.list_branches(lakefs_repo.id, prefix="vis-", amount=3, after="vis-5")
+    assert [r.id for r in page3.results] == ["vis-6"]
+    assert not page3.pagination.has_more and page3.pagination.next_offset == ""
+    assert [b.id for b in lakefs_repo.branches(prefix="vis-")] == [f"vis-{i}" for i in range(7)]
+    assert [b.id for b in lakefs_repo.branches(prefix="vis-", max_amount=2)] == ["vis-0", "vis-1"]
+
+
+def test_commit_fields_and_no_changes(lakefs_repo: lakefs.Repository) -> None:
+    main = lakefs_repo.branch("main")
+    parent = main.get_commit()
+    with pytest.raises(BadRequestException):
+        main.commit("nothing")
+    _put(main, "data/1")
+    commit = main.commit("one", metadata={"k": "v"}).get_commit()
+    assert commit.parents == [parent.id]
+    assert commit.metadata == {"k": "v"}
+    assert commit.message == "one"
+    assert len(commit.id) == 64
+    assert commit.meta_range_id
+    empty = main.commit("empty", allow_empty=True).get_commit()
+    assert empty.parents == [commit.id]
+    assert empty.meta_range_id == commit.meta_range_id
+    dated = main.commit("dated", allow_empty=True, date=1_600_000_000).get_commit()
+    assert dated.creation_date == 1_600_000_000
+
+
+def test_commit_generation_and_version(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "x")
+    created = lakefs_client.sdk_client.commits_api.commit(
+        lakefs_repo.id, "main", lakefs_sdk.CommitCreation(message="m")
+    )
+    first = lakefs_client.sdk_client.commits_api.get_commit(lakefs_repo.id, created.parents[0])
+    assert created.version == 1
+    assert created.generation == first.generation + 1
+
+
+def test_log_amount_after_first_parent(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    ids = []
+    for i in range(5):
+        _put(main, f"f{i}", str(i))
+        ids.append(main.commit(f"c{i}").get_commit().id)
+    log = [c.id for c in main.log()]
+    assert log[:5] == list(reversed(ids))
+    assert len(log) == 6
+    assert [c.id for c in main.log(max_amount=2)] == [ids[4], ids[3]]
+    api = lakefs_client.sdk_client.refs_api
+    page = api.log_commits(lakefs_repo.id, "main", amount=2)
+    assert page.pagination.has_more and page.pagination.next_offset == ids[3]
+    page2 = api.log_commits(lakefs_repo.id, "main", amount=2, after=page.pagination.next_offset)
+    assert [c.id for c in page2.results] == [ids[2], ids[1]]
+
+    feature = lakefs_repo.branch("feature").create("main")
+    _put(feature, "g")
+    side = feature.commit("side").get_commit().id
+    _put(main, "h")
+    main_tip = main.commit("main-tip").get_commit().id
+    merge = feature.merge_into(main)
+    first_parent = [c.id for c in main.log(first_parent=True)]
+    assert first_parent[:3] == [merge, main_tip, ids[4]]
+    assert side not in first_parent
+    assert side in [c.id for c in main.log()]
+
+
+def test_log_objects_and_prefixes(lakefs_repo: lakefs.Repository) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "a/1")
+    c_a = main.commit("a").get_commit().id
+    _put(main, "b/1")
+    c_b = main.commit("b").get_commit().id
+    _put(main, "a/2")
+    c_a2 = main.commit("a2").get_commit().id
+    assert [c.id for c in main.log(prefixes=["a/"])] == [c_a2, c_a]
+    assert [c.id for c in main.log(objects=["b/1"])] == [c_b]
+
+
+def test_ref_expressions(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "one")
+    c1 = main.commit("c1").get_commit()
+    _put(main, "two")
+    c2 = main.commit("c2").get_commit()
+    assert lakefs_repo.ref("main~1").get_commit().id == c1.id
+    assert lakefs_repo.ref("main~2").get_commit().id == c1.parents[0]
+    assert lakefs_repo.ref("main^").get_commit().id == c1.id
+    assert lakefs_repo.ref("main^1~1").get_commit().id == c1.parents[0]
+    assert lakefs_repo.ref(c2.id[:12]).get_commit().id == c2.id
+    assert lakefs_repo.ref(f"{c2.id}~1").get_commit().id == c1.id
+    with pytest.raises(NotFoundException):
+        lakefs_repo.ref("main~10").get_commit()
+    with pytest.raises(BadRequestException):
+        lakefs_repo.ref("main^2").get_commit()
+    # `main@` reads only committed data; `main` also sees uncommitted changes.
+    _put(main, "staged-only")
+    assert main.object("staged-only").exists()
+    assert not lakefs_repo.ref("main@").object("staged-only").exists()
+    assert lakefs_repo.ref("main@").get_commit().id == c2.id
+    tag = lakefs_repo.tag("v1").create(c1.id)
+    assert lakefs_repo.ref("v1").get_commit().id == c1.id
+    assert tag.get_commit().id == c1.id
+    assert lakefs_client.sdk_client.refs_api.find_merge_base(lakefs_repo.id, "v1", "main").base_commit_id == c1.id
+
+
+def test_hard_reset_experimental(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "a")
+    c1 = main.commit("c1").get_commit()
+    _put(main, "b")
+    main.commit("c2")
+    _put(main, "staged")
+    lakefs_client.sdk_client.experimental_api.hard_reset_branch(lakefs_repo.id, "main", c1.id)
+    assert main.get_commit().id == c1.id
+    # Uncommitted changes survive a hard reset, as in lakeFS.
+    assert [c.path for c in main.uncommitted()] == ["staged"]
+    with pytest.raises(lakefs_sdk.exceptions.NotFoundException):
+        lakefs_client.sdk_client.experimental_api.hard_reset_branch(lakefs_repo.id, "main", "nope")
+    with pytest.raises(lakefs_sdk.exceptions.NotFoundException):
+        lakefs_client.sdk_client.experimental_api.hard_reset_branch(lakefs_repo.id, "missing", c1.id)
+
+
+def test_reset_uncommitted_changes(lakefs_repo: lakefs.Repository) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "keep/a")
+    main.commit("base")
+    _put(main, "keep/a", "changed")
+    _put(main, "dir/x")
+    _put(main, "dir/y")
+    _put(main, "other")
+    main.reset_changes("object", "keep/a")
+    assert main.object("keep/a").reader().read() == b"x"
+    main.reset_changes("common_prefix", "dir/")
+    assert [c.path for c in main.uncommitted()] == ["other"]
+    main.reset_changes()
+    assert list(main.uncommitted()) == []
+
+
+def test_tags(lakefs_repo: lakefs.Repository) -> None:
+    main = lakefs_repo.branch("main")
+    _put(main, "a")
+    c1 = main.commit("c1").get_commit()
+    for i in range(3):
+        lakefs_repo.tag(f"t{i}").create("main")
+    with pytest.raises(ConflictException):
+        lakefs_repo.tag("t0").create("main")
+    lakefs_repo.tag("t0").create("main", exist_ok=True)
+    assert [t.id for t in lakefs_repo.tags()] == ["t0", "t1", "t2"]
+    assert [t.id for t in lakefs_repo.tags(max_amount=1)] == ["t0"]
+    assert lakefs_repo.tag("t1").get_commit().id == c1.id
+    lakefs_repo.tag("t1").delete()
+    with pytest.raises(NotFoundException):
+        lakefs_repo.tag("t1").delete()
+    with pytest.raises(NotFoundException):
+        lakefs_repo.tag("nope").create("no-such-ref")
+
+
+def test_wrong_credentials_are_401(lakefs_server) -> None:
+    client = lakefs.Client(host=lakefs_server.url, username=lakefs_server.access_key_id, password="wrong")
+    with pytest.raises(lakefs.exceptions.NotAuthorizedException):
+        list(lakefs.repositories(client=client))

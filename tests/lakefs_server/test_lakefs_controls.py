@@ -1,0 +1,125 @@
+"""Server-internal: request counts, latency, scripted faults; in-process and over /_lakefence/."""
+
+from __future__ import annotations
+
+import time
+
+import lakefs
+import lakefs_sdk
+import pytest
+import urllib3
+from lakefs.exceptions import ServerException
+
+from airflow_lakefence.testing.lakefs_server import Controls, RemoteControls
+
+pytestmark = pytest.mark.lakefs_local_only
+
+
+def _raw_client(lakefs_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
+    config = lakefs_sdk.Configuration(
+        host=lakefs_server.endpoint,
+        username=lakefs_server.access_key_id,
+        password=lakefs_server.secret_access_key,
+    )
+    config.retries = urllib3.Retry(total=retries, connect=retries, read=retries, status=0)
+    return lakefs_sdk.client.LakeFSClient(config)
+
+
+def test_counts_per_operation(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    main = lakefs_repo.branch("main")
+    main.object("a").upload("1")
+    main.commit("c")
+    main.get_commit()
+    counts = lakefs_controls.counts()
+    assert counts["uploadObject"] == 1
+    assert counts["commit"] == 1
+    assert counts["getCommit"] == 1
+    lakefs_controls.reset_counts()
+    assert lakefs_controls.counts() == {}
+
+
+def test_fault_before_does_not_apply(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    main = lakefs_repo.branch("main")
+    feature = lakefs_repo.branch("feature").create("main")
+    feature.object("f").upload("f")
+    feature.commit("f")
+    head = main.get_commit().id
+    lakefs_controls.add_fault("mergeIntoBranch", status=503)
+    with pytest.raises(ServerException) as info:
+        feature.merge_into(main)
+    assert info.value.status_code == 503
+    assert main.get_commit().id == head
+    merged = feature.merge_into(main)
+    assert main.get_commit().id == merged
+
+
+def test_fault_after_applies_then_fails(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    main = lakefs_repo.branch("main")
+    main.object("a").upload("1")
+    head = main.get_commit().id
+    lakefs_controls.add_fault("commit", status=500, when="after")
+    with pytest.raises(ServerException):
+        main.commit("lost answer")
+    committed = main.get_commit()
+    assert committed.parents == [head]
+    assert committed.message == "lost answer"
+
+
+def test_nth_call_and_drop(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    client = _raw_client(lakefs_server)
+    lakefs_controls.add_fault("getBranch", nth=2, drop=True)
+    client.branches_api.get_branch(lakefs_repo.id, "main")
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        client.branches_api.get_branch(lakefs_repo.id, "main")
+    client.branches_api.get_branch(lakefs_repo.id, "main")
+    assert lakefs_controls.counts()["getBranch"] == 3
+    assert lakefs_controls.faults() == []
+
+
+def test_drop_after_keeps_the_write(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    client = _raw_client(lakefs_server)
+    lakefs_controls.add_fault("createBranch", drop=True, when="after")
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        client.branches_api.create_branch(lakefs_repo.id, lakefs_sdk.BranchCreation(name="b", source="main"))
+    assert client.branches_api.get_branch(lakefs_repo.id, "b").id == "b"
+
+
+def test_latency_and_delay(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    main = lakefs_repo.branch("main")
+    lakefs_controls.set_latency(0.2)
+    start = time.monotonic()
+    main.get_commit()
+    assert time.monotonic() - start >= 0.2
+    lakefs_controls.set_latency(0)
+    lakefs_controls.add_fault("getCommit", delay=0.3)
+    start = time.monotonic()
+    main.get_commit()
+    assert time.monotonic() - start >= 0.3
+
+
+def test_invalid_faults_rejected(lakefs_controls: Controls) -> None:
+    with pytest.raises(ValueError):
+        lakefs_controls.add_fault("commit")
+    with pytest.raises(ValueError):
+        lakefs_controls.add_fault("commit", nth=0, status=500)
+
+
+def test_remote_controls(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    remote = RemoteControls(lakefs_server.url)
+    lakefs_repo.branch("main").get_commit()
+    assert remote.counts()["getCommit"] == 1
+    remote.reset_counts()
+    assert remote.counts() == {}
+    remote.add_fault("getCommit", status=502)
+    with pytest.raises(ServerException) as info:
+        lakefs_repo.branch("main").get_commit()
+    assert info.value.status_code == 502
+    remote.add_fault("getCommit", status=502)
+    remote.clear_faults()
+    lakefs_repo.branch("main").get_commit()
+    remote.set_latency(0.1)
+    assert lakefs_controls.latency() == pytest.approx(0.1)
+    remote.reset()
+    assert lakefs_controls.latency() == 0
+    lakefs_repo.branch("main").get_commit()
+    assert remote.stats()["commit_reads"] >= 1

@@ -1,0 +1,117 @@
+"""Every SDK and transport exception is translated into the package's tree at the adapter."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+
+import lakefs.exceptions
+import lakefs_sdk.exceptions
+import pytest
+import urllib3
+
+from airflow_lakefence import exceptions as exc_mod
+from airflow_lakefence.exceptions import (
+    LakeFenceError,
+    LakeFSAuthError,
+    LakeFSBadRequestError,
+    LakeFSConflictError,
+    LakeFSConnectionError,
+    LakeFSError,
+    LakeFSNotFoundError,
+    LakeFSPreconditionFailedError,
+    LakeFSUnavailableError,
+)
+from airflow_lakefence.lakefs_client import translate_error
+
+SECRET = "s3cr3t-value-never-shown"
+
+
+def _subclasses(root: type) -> list[type]:
+    seen: list[type] = []
+    stack = [root]
+    while stack:
+        cls = stack.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.append(sub)
+                stack.append(sub)
+    return [root, *seen]
+
+
+def _instantiate(cls: type) -> BaseException:
+    if issubclass(cls, lakefs.exceptions.ServerException):
+        return cls(500, "reason", json.dumps({"message": "server says no"}), {"Authorization": SECRET})
+    if issubclass(cls, lakefs_sdk.exceptions.ApiException):
+        return cls(status=503, reason="unavailable")
+    return cls("message")
+
+
+SDK_CLASSES = [
+    c for c in _subclasses(lakefs.exceptions.LakeFSException) + _subclasses(lakefs_sdk.exceptions.OpenApiException)
+    if c.__module__.startswith(("lakefs", "lakefs_sdk"))
+]
+
+
+@pytest.mark.parametrize("cls", SDK_CLASSES, ids=lambda c: f"{c.__module__}.{c.__name__}")
+def test_every_sdk_exception_is_mapped(cls: type) -> None:
+    translated = translate_error(_instantiate(cls), "op", "thing")
+    assert isinstance(translated, LakeFSError)
+    assert translated.operation == "op"
+    assert SECRET not in str(translated)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (400, LakeFSBadRequestError),
+        (401, LakeFSAuthError),
+        (403, LakeFSAuthError),
+        (404, LakeFSNotFoundError),
+        (409, LakeFSConflictError),
+        (412, LakeFSPreconditionFailedError),
+        (429, LakeFSUnavailableError),
+        (500, LakeFSUnavailableError),
+        (503, LakeFSUnavailableError),
+        (418, LakeFSError),
+    ],
+)
+def test_status_mapping(status: int, expected: type) -> None:
+    server_exc = lakefs.exceptions.ServerException(status, "r", json.dumps({"message": "msg"}))
+    translated = translate_error(server_exc, "merge", "x")
+    assert type(translated) is expected
+    assert translated.status == status
+    assert "msg" in str(translated)
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [
+        urllib3.exceptions.MaxRetryError(None, "/x", reason=ConnectionRefusedError()),  # type: ignore[arg-type]
+        urllib3.exceptions.ProtocolError("Connection aborted."),
+        urllib3.exceptions.ReadTimeoutError(None, "/x", "timed out"),  # type: ignore[arg-type]
+        ConnectionResetError(),
+    ],
+)
+def test_transport_errors_are_unavailable(transport: BaseException) -> None:
+    translated = translate_error(transport, "commit", "x")
+    assert isinstance(translated, LakeFSConnectionError)
+    assert isinstance(translated, LakeFSUnavailableError)
+    assert translated.status is None
+
+
+def test_one_root() -> None:
+    for _name, cls in inspect.getmembers(exc_mod, inspect.isclass):
+        if cls.__module__ == exc_mod.__name__:
+            assert issubclass(cls, LakeFenceError)
+
+
+def test_core_imports_neither_airflow_nor_lakefs() -> None:
+    code = (
+        "import sys, airflow_lakefence.core, airflow_lakefence.exceptions, airflow_lakefence.spark;"
+        "bad=[m for m in sys.modules if m.split('.')[0] in ('airflow','lakefs','lakefs_sdk','pyspark')];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
