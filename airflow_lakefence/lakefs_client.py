@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http
 import json
-import mimetypes
 import os
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -465,7 +464,9 @@ class LakeFSClient:
         api_client = self._api.objects_api.api_client
         resource = urllib.parse.quote(f"/repositories/{repository}/branches/{branch}/objects", encoding="utf-8")
         url = f"{self.sdk.config.host}{resource}?{urllib.parse.urlencode({'path': path})}"
-        content_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        # The SDK default: lakeFS counts content type in an entry's identity, so a varying guess
+        # would turn a byte-identical re-upload into a change.
+        content_type = "application/octet-stream"
 
         def send() -> None:
             headers = {"Accept": "application/json", "Content-Type": content_type}

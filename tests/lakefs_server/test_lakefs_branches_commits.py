@@ -271,3 +271,38 @@ def test_wrong_credentials_are_401(lakefs_server) -> None:
     client = lakefs.Client(host=lakefs_server.url, username=lakefs_server.access_key_id, password="wrong")
     with pytest.raises(lakefs.exceptions.NotAuthorizedException):
         list(lakefs.repositories(client=client))
+
+
+def test_repository_listing_pagination(lakefs_server, lakefs_client: lakefs.Client) -> None:
+    prefix = f"lakefence-page-{uuid.uuid4().hex[:8]}-"
+    names = [f"{prefix}{i}" for i in range(3)]
+    repos = [
+        lakefs.Repository(n, client=lakefs_client).create(storage_namespace=f"{lakefs_server.storage_namespace}/{n}")
+        for n in names
+    ]
+    try:
+        api = lakefs_client.sdk_client.repositories_api
+        page = api.list_repositories(prefix=prefix, amount=2)
+        assert [r.id for r in page.results] == names[:2]
+        assert page.pagination.has_more and page.pagination.next_offset == names[1]
+        page = api.list_repositories(prefix=prefix, amount=2, after=names[1])
+        assert [r.id for r in page.results] == names[2:]
+        assert not page.pagination.has_more
+        assert [r.id for r in lakefs.repositories(client=lakefs_client, prefix=prefix)] == names
+    finally:
+        for repo in repos:
+            repo.delete()
+
+
+def test_log_limit_and_stop_at(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    ids = []
+    for i in range(4):
+        _put(main, f"f{i}", str(i))
+        ids.append(main.commit(f"c{i}").get_commit().id)
+    api = lakefs_client.sdk_client.refs_api
+    stopped = api.log_commits(lakefs_repo.id, "main", stop_at=ids[1])
+    assert [c.id for c in stopped.results] == [ids[3], ids[2], ids[1]]
+    limited = api.log_commits(lakefs_repo.id, "main", amount=2, limit=True)
+    assert [c.id for c in limited.results] == [ids[3], ids[2]]
+    assert not limited.pagination.has_more

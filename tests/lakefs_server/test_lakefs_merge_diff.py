@@ -180,7 +180,9 @@ def test_squash_merge_has_one_parent(forked: tuple[lakefs.Branch, lakefs.Branch]
     assert main.object("s").exists()
 
 
-def test_merge_unknown_refs_are_404(forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository) -> None:
+def test_merge_unknown_refs_are_404(
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository
+) -> None:
     main, _ = forked
     with pytest.raises(NotFoundException):
         lakefs_repo.ref("no-such-ref").merge_into(main)

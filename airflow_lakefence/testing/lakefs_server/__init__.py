@@ -13,17 +13,30 @@ Example::
                                password=server.secret_access_key)
 """
 
-from airflow_lakefence.testing.lakefs_server._server import (
-    DEFAULT_ACCESS_KEY_ID,
-    DEFAULT_SECRET_ACCESS_KEY,
-    LakeFSServer,
-    run_server,
-)
-from airflow_lakefence.testing.lakefs_server.controls import (
-    Controls,
-    Fault,
-    RemoteControls,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_lakefence.testing.lakefs_server._server import (
+        DEFAULT_ACCESS_KEY_ID,
+        DEFAULT_SECRET_ACCESS_KEY,
+        LakeFSServer,
+        run_server,
+    )
+    from airflow_lakefence.testing.lakefs_server.controls import Controls, Fault, RemoteControls
+
+# Loaded on first use, so that importing the pytest plugin (a submodule) stays cheap.
+_EXPORTS = {
+    "DEFAULT_ACCESS_KEY_ID": "_server",
+    "DEFAULT_SECRET_ACCESS_KEY": "_server",
+    "LakeFSServer": "_server",
+    "run_server": "_server",
+    "Controls": "controls",
+    "Fault": "controls",
+    "RemoteControls": "controls",
+}
 
 __all__ = [
     "DEFAULT_ACCESS_KEY_ID",
@@ -34,3 +47,9 @@ __all__ = [
     "RemoteControls",
     "run_server",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -757,7 +757,7 @@ class LakeFSApp:
             response = _error(exc)
             response.headers["Content-Range"] = f"bytes */{entry.size}"
             return response
-        handle = open(self.store.blob_path(entry.blob), "rb")  # noqa: SIM115 - closed by _file_chunks
+        handle = open(self.store.blob_path(entry.blob), "rb")
         headers["Content-Disposition"] = "attachment"
         headers["X-Content-Type-Options"] = "nosniff"
         if bounds is None:

@@ -1,0 +1,105 @@
+"""Conformance: many clients in parallel (threads and processes) lose no update."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import lakefs
+from lakefs.exceptions import BadRequestException
+
+
+def publish_rounds(url: str, key: str, secret: str, repo_id: str, worker: str, rounds: int) -> list[str]:
+    """Branch from main, write one object, commit and merge into main, ``rounds`` times.
+
+    Module level so that spawned processes can import it.
+    """
+    client = lakefs.Client(host=url, username=key, password=secret)
+    repo = lakefs.Repository(repo_id, client=client)
+    merges = []
+    for i in range(rounds):
+        branch = repo.branch(f"{worker}-{i}").create("main")
+        branch.object(f"out/{worker}/{i}").upload(f"{worker}:{i}")
+        branch.commit(f"{worker} {i}")
+        merges.append(branch.merge_into("main", message=f"publish {worker} {i}"))
+        branch.delete()
+    return merges
+
+
+def _check_main(repo: lakefs.Repository, merges: list[str], expected_paths: set[str]) -> None:
+    main = repo.branch("main")
+    assert {o.path for o in main.objects(prefix="out/")} == expected_paths
+    chain = list(main.log(first_parent=True, max_amount=len(merges)))
+    assert {c.id for c in chain} == set(merges)
+    # Every merge was computed against the HEAD it replaced: the first-parent chain is unbroken.
+    for newer, older in itertools.pairwise(chain):
+        assert newer.parents[0] == older.id
+
+
+def test_parallel_publishes_from_threads(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+    workers, rounds = 6, 4
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [
+            pool.submit(
+                publish_rounds,
+                lakefs_server.url,
+                lakefs_server.access_key_id,
+                lakefs_server.secret_access_key,
+                lakefs_repo.id,
+                f"t{w}",
+                rounds,
+            )
+            for w in range(workers)
+        ]
+        merges = [m for f in futures for m in f.result()]
+    assert len(set(merges)) == workers * rounds
+    _check_main(lakefs_repo, merges, {f"out/t{w}/{i}" for w in range(workers) for i in range(rounds)})
+
+
+def test_parallel_publishes_from_processes(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+    workers, rounds = 3, 3
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [
+            pool.submit(
+                publish_rounds,
+                lakefs_server.url,
+                lakefs_server.access_key_id,
+                lakefs_server.secret_access_key,
+                lakefs_repo.id,
+                f"p{w}",
+                rounds,
+            )
+            for w in range(workers)
+        ]
+        merges = [m for f in futures for m in f.result()]
+    assert len(set(merges)) == workers * rounds
+    _check_main(lakefs_repo, merges, {f"out/p{w}/{i}" for w in range(workers) for i in range(rounds)})
+
+
+def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
+    shared = lakefs_repo.branch("shared").create("main")
+    workers, files = 6, 5
+    barrier = threading.Barrier(workers)
+
+    def write_and_commit(worker: int) -> int:
+        barrier.wait()
+        committed = 0
+        for i in range(files):
+            shared.object(f"s/{worker}/{i}").upload(f"{worker}{i}")
+            try:
+                shared.commit(f"{worker} {i}")
+                committed += 1
+            except BadRequestException:
+                # Another writer's commit already took this change: nothing left to commit.
+                pass
+        return committed
+
+    with ThreadPoolExecutor(workers) as pool:
+        commits = sum(pool.map(write_and_commit, range(workers)))
+    assert list(shared.uncommitted()) == []
+    committed_paths = {o.path for o in lakefs_repo.ref("shared@").objects(prefix="s/")}
+    assert committed_paths == {f"s/{w}/{i}" for w in range(workers) for i in range(files)}
+    assert 1 <= commits <= workers * files
+    assert len(list(shared.log())) == commits + 1
