@@ -2,7 +2,7 @@
 
 Spec keys: ``files`` ({path: text}), ``first_try_files`` (only on try 1), ``stamp_path`` (a
 file whose content is the attempt's staging branch name), ``generate`` ({"prefix": str, "count": int, "size": int}),
-``sleep`` (seconds), ``fail`` (exit 3), ``print_env`` (print the LAKEFENCE_* environment).
+``dump_argv`` (write argv and whether the secret is in the environment), ``sleep`` (seconds), ``fail`` (exit 3), ``print_env`` (print the LAKEFENCE_* environment).
 In direct mode the files go straight into the staging branch through the lakefs SDK, with the
 credentials the operator put in the environment; in workspace mode into the local workspace.
 """
@@ -30,6 +30,9 @@ def main() -> None:
     files = dict(spec.get("files", {}))
     if loc.staging_branch and "-t1-" in loc.staging_branch:
         files.update(spec.get("first_try_files", {}))
+    if spec.get("dump_argv"):  # what the job was started with, for the secret tests
+        files["debug/argv.json"] = json.dumps(sys.argv)
+        files["debug/has_secret.txt"] = str(bool(os.environ.get("LAKEFS_SECRET_ACCESS_KEY")))
     stamp = spec.get("stamp_path")
     if stamp:  # content unique to this attempt: its staging branch name
         files[stamp] = loc.staging_branch or "read-only"

@@ -249,3 +249,18 @@ def test_cherry_pick(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
     again = main.cherry_pick(picked.id)
     assert again.parents == [created.id]
     assert again.meta_range_id == created.meta_range_id
+
+
+def test_diff_right_stats(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    main = lakefs_repo.branch("main")
+    base = main.get_commit().id
+    main.object("r").upload("right", content_type="text/plain", metadata={"a": "b"})
+    main.commit("r")
+    page = lakefs_client.sdk_client.refs_api.diff_refs(
+        lakefs_repo.id, base, "main", type="two_dot", include_right_stats=True
+    )
+    (item,) = page.results
+    assert item.right is not None
+    assert item.right.content_type == "text/plain"
+    assert item.right.metadata == {"a": "b"}
+    assert item.right.checksum == main.object("r").stat().checksum

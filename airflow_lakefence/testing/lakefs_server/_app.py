@@ -166,14 +166,22 @@ def _pagination(page_results: list[dict[str, Any]], has_more: bool, token_field:
     }
 
 
-def _diff_results(page: Page) -> dict[str, Any]:
+def _diff_results(page: Page, right_stats: bool = False) -> dict[str, Any]:
     results = []
     for path, item in page.items:
         if item is None:
             results.append({"type": "prefix_changed", "path": path, "path_type": "common_prefix"})
-        else:
-            kind, size = item
-            results.append({"type": kind, "path": path, "path_type": "object", "size_bytes": size})
+            continue
+        kind, entry = item
+        result = {"type": kind, "path": path, "path_type": "object", "size_bytes": entry.size}
+        if right_stats:
+            result["right"] = {
+                "checksum": entry.checksum,
+                "content_type": entry.content_type,
+                "mtime": entry.mtime,
+                "metadata": dict(entry.metadata),
+            }
+        results.append(result)
     return {"pagination": _pagination(results, page.has_more, "path"), "results": results}
 
 
@@ -555,7 +563,7 @@ class LakeFSApp:
             delimiter=request.args.get("delimiter", ""),
             limit=_amount(request),
         )
-        return json_response(200, _diff_results(page))
+        return json_response(200, _diff_results(page, _bool(request, "include_right_stats")))
 
     def op_diffBranch(self, request: Request, repository: str, branch: str) -> Response:
         page = self.store.diff_branch(

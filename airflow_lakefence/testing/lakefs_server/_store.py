@@ -1079,8 +1079,9 @@ class Store:
 
         :param repo: repository id.
         :param name: branch name.
-        :raises ApiError: 404 if the repository or branch does not exist.
+        :raises ApiError: 400 invalid name, 404 if the repository or branch does not exist.
         """
+        _validate_branch_id(name)
         with self.read() as tx:
             tx.repository(repo)
             return tx.require_branch(repo, name)
@@ -1383,7 +1384,8 @@ class Store:
     ) -> Page:
         """Diff two refs (``two_dot``: trees; ``three_dot``: what merging right into left brings).
 
-        Items are ``(path, (type, size_or_None))``.
+        Items are ``(path, (type, entry))`` (the right entry, or the left one when removed), or
+        ``(path, None)`` for a common prefix.
 
         :param repo: repository id.
         :param left: left ref expression.
@@ -1431,13 +1433,13 @@ class Store:
         return upper_bound(after)
 
     @staticmethod
-    def _diff_item(tx: _Tx, left: Val | None, right: Val | None) -> tuple[str, int]:
+    def _diff_item(tx: _Tx, left: Val | None, right: Val | None) -> tuple[str, Entry]:
         if left is None:
             assert right is not None
-            return ("added", tx.entry(right[1]).size)
+            return ("added", tx.entry(right[1]))
         if right is None:
-            return ("removed", tx.entry(left[1]).size)
-        return ("changed", tx.entry(right[1]).size)
+            return ("removed", tx.entry(left[1]))
+        return ("changed", tx.entry(right[1]))
 
     def _compare(
         self, tx: _Tx, dest: str, source: str, base: str, start: str
@@ -1445,26 +1447,26 @@ class Store:
         # The per-key rules of lakeFS's compareIterator (pkg/graveler/committed).
         for path, dval, sval in _diff_sorted(tx.tree_iter(dest, start), tx.tree_iter(source, start)):
             bval = tx.tree_get(base, path)
-            entry_for_size = sval if sval is not None else dval
-            assert entry_for_size is not None
-            size = tx.entry(entry_for_size[1]).size
+            shown = sval if sval is not None else dval
+            assert shown is not None
+            entry = tx.entry(shown[1])
             if dval is None:
                 if bval is None:
-                    yield path, ("added", size)
+                    yield path, ("added", entry)
                 elif not same(bval, sval):
-                    yield path, ("conflict", size)
+                    yield path, ("conflict", entry)
             elif sval is None:
                 if bval is not None:
-                    yield path, ("removed" if same(bval, dval) else "conflict", size)
+                    yield path, ("removed" if same(bval, dval) else "conflict", entry)
             elif bval is None:
-                yield path, ("conflict", size)
+                yield path, ("conflict", entry)
             elif not same(bval, sval):
-                yield path, ("changed" if same(bval, dval) else "conflict", size)
+                yield path, ("changed" if same(bval, dval) else "conflict", entry)
 
     def diff_branch(
         self, repo: str, branch: str, *, prefix: str, after: str, delimiter: str, limit: int
     ) -> Page:
-        """List a branch's uncommitted changes; items are ``(path, (type, size))``.
+        """List a branch's uncommitted changes; items as in :meth:`diff_refs`.
 
         :param repo: repository id.
         :param branch: branch name.
