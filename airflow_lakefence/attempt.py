@@ -88,7 +88,7 @@ class AttemptFence:
             return "the attempt fence was never armed"
         key = self.attempt.key
         try:
-            if self._store.get(TOKEN_KEY) != self._token:  # type: ignore[union-attr]
+            if self._store.get(TOKEN_KEY) != self._token:
                 return f"task instance {self.attempt.ti_id} is no longer live (cleared or retried)"
             states = self._ti.get_task_states(
                 dag_id=key.dag_id,
@@ -111,8 +111,16 @@ class AttemptFence:
         :raises StaleAttemptError: if stale, after waiting up to the grace period for the kill.
         """
         reason = self.stale_reason()
-        if reason is None:
-            return
+        if reason is not None:
+            self.fail(where, reason)
+
+    def fail(self, where: str, reason: str) -> None:
+        """Wait up to the grace period for the supervisor's kill, then raise.
+
+        :param where: the protocol point.
+        :param reason: why the attempt is stale.
+        :raises StaleAttemptError: always.
+        """
         # The supervisor notices the state change on its next heartbeat and terminates us; raising
         # first could make the scheduler treat the *new* try as failed-to-start.
         self.killed.wait(self.grace_period)

@@ -13,6 +13,7 @@ Credentials live only in the SDK client configuration; no message built here con
 
 from __future__ import annotations
 
+import functools
 import http
 import json
 import os
@@ -25,10 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lakefs
-import lakefs_sdk
 import tenacity
 import urllib3
 from lakefs.exceptions import LakeFSException, ServerException, api_exception_handler, handle_http_error
+from lakefs_sdk.exceptions import ApiException, OpenApiException
+from lakefs_sdk.models.branch_creation import BranchCreation
+from lakefs_sdk.models.commit import Commit as SdkCommit
+from lakefs_sdk.models.commit_creation import CommitCreation
+from lakefs_sdk.models.merge import Merge
 
 from airflow_lakefence.exceptions import (
     LakeFSAuthError,
@@ -54,7 +59,8 @@ _STATUS_TO_ERROR: dict[int, type[LakeFSError]] = {
 }
 
 # Transport failures below the SDK: no HTTP response arrived.
-_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
+_CAUGHT: tuple[type[Exception], ...] = (LakeFSException, OpenApiException, *_TRANSPORT_ERRORS)
 
 
 def _error_message(exc: LakeFSException) -> str:
@@ -82,13 +88,15 @@ def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSErro
         cls = _STATUS_TO_ERROR.get(status or 0)
         if cls is None:
             cls = LakeFSUnavailableError if status is None or status >= 500 else LakeFSError
-        return cls(f"lakeFS {operation} on {what} failed ({status}): {_error_message(exc)}", status=status, operation=operation)
+        return cls(
+            f"lakeFS {operation} on {what} failed ({status}): {_error_message(exc)}", status=status, operation=operation
+        )
     if isinstance(exc, LakeFSException):
         # Client-side SDK errors (no credentials configured, transaction misuse...): no status.
         return LakeFSError(f"lakeFS {operation} on {what} failed: {type(exc).__name__}", operation=operation)
-    if isinstance(exc, lakefs_sdk.ApiException):
-        return translate_error(ServerException(exc.status, exc.reason, exc.body), operation, what)
-    if isinstance(exc, lakefs_sdk.exceptions.OpenApiException):
+    if isinstance(exc, ApiException):
+        return translate_error(ServerException(exc.status, exc.reason, exc.body), operation, what)  # type: ignore[no-untyped-call]
+    if isinstance(exc, OpenApiException):
         return LakeFSError(f"lakeFS {operation} on {what}: invalid request ({type(exc).__name__})", operation=operation)
     if isinstance(exc, _TRANSPORT_ERRORS):
         return LakeFSConnectionError(
@@ -117,7 +125,7 @@ class CommitInfo:
     meta_range_id: str = ""
 
     @classmethod
-    def from_sdk(cls, commit: lakefs_sdk.Commit) -> CommitInfo:
+    def from_sdk(cls, commit: SdkCommit) -> CommitInfo:
         """Build from a ``lakefs_sdk`` commit model.
 
         :param commit: the SDK model.
@@ -188,7 +196,7 @@ class LakeFSClient:
     @cached_property
     def sdk(self) -> lakefs.Client:
         """The underlying high-level SDK client."""
-        return lakefs.Client(
+        return lakefs.Client(  # type: ignore[no-untyped-call]
             host=self.endpoint,
             username=self._access_key_id,
             password=self._secret_access_key,
@@ -204,7 +212,7 @@ class LakeFSClient:
             try:
                 with api_exception_handler():
                     return fn()
-            except (LakeFSException, lakefs_sdk.exceptions.OpenApiException, *_TRANSPORT_ERRORS) as exc:
+            except _CAUGHT as exc:
                 raise translate_error(exc, operation, what) from exc
 
         if not idempotent:
@@ -265,7 +273,7 @@ class LakeFSClient:
         :return: the new commit, or ``None`` when there was nothing to commit.
         :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
         """
-        creation = lakefs_sdk.CommitCreation(message=message, metadata=dict(metadata), allow_empty=allow_empty)
+        creation = CommitCreation(message=message, metadata=dict(metadata), allow_empty=allow_empty)  # type: ignore[call-arg]
         try:
             commit = self._call(
                 "commit",
@@ -292,7 +300,7 @@ class LakeFSClient:
         :raises LakeFSNotFoundError: if the repository or source does not exist.
         :raises LakeFSError: for any other failure.
         """
-        creation = lakefs_sdk.BranchCreation(name=name, source=source, hidden=hidden)
+        creation = BranchCreation(name=name, source=source, hidden=hidden)
         commit_id = self._call(
             "create_branch",
             f"branch {name!r} from {source!r} in {repository!r}",
@@ -338,8 +346,13 @@ class LakeFSClient:
             page = self._call(
                 "list_branches",
                 f"branches {prefix!r}* in {repository!r}",
-                lambda after=after: self._api.branches_api.list_branches(
-                    repository, prefix=prefix, after=after, amount=1000, show_hidden=show_hidden,
+                functools.partial(
+                    self._api.branches_api.list_branches,
+                    repository,
+                    prefix=prefix,
+                    after=after,
+                    amount=1000,
+                    show_hidden=show_hidden,
                     _request_timeout=self._timeout,
                 ),
                 idempotent=True,
@@ -349,7 +362,9 @@ class LakeFSClient:
                 return result
             after = page.pagination.next_offset
 
-    def merge(self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]) -> str:
+    def merge(
+        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
+    ) -> str:
         """Merge ``source_ref`` into branch ``destination``; return the merge commit id.
 
         :param repository: the repository name.
@@ -359,7 +374,7 @@ class LakeFSClient:
         :param metadata: the merge commit metadata.
         :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
         """
-        merge = lakefs_sdk.Merge(message=message, metadata=dict(metadata))
+        merge = Merge(message=message, metadata=dict(metadata))  # type: ignore[call-arg]
         result = self._call(
             "merge",
             f"{source_ref!r} into {destination!r} in {repository!r}",
@@ -381,7 +396,9 @@ class LakeFSClient:
         self._call(
             "hard_reset",
             f"branch {branch!r} to {ref!r} in {repository!r}",
-            lambda: self._api.experimental_api.hard_reset_branch(repository, branch, ref, _request_timeout=self._timeout),
+            lambda: self._api.experimental_api.hard_reset_branch(
+                repository, branch, ref, _request_timeout=self._timeout
+            ),
             idempotent=False,
         )
 
@@ -404,8 +421,14 @@ class LakeFSClient:
             page = self._call(
                 "diff_branch",
                 f"branch {branch!r} in {repository!r}",
-                lambda after=after: self._api.branches_api.diff_branch(
-                    repository, branch, after=after, amount=amount, prefix=prefix, delimiter=delimiter,
+                functools.partial(
+                    self._api.branches_api.diff_branch,
+                    repository,
+                    branch,
+                    after=after,
+                    amount=amount,
+                    prefix=prefix,
+                    delimiter=delimiter,
                     _request_timeout=self._timeout,
                 ),
                 idempotent=True,
@@ -473,7 +496,10 @@ class LakeFSClient:
             with open(local_path, "rb") as body:
                 api_client.update_params_for_auth(headers, None, ["basic_auth"], resource, "POST", body)
                 resp = api_client.rest_client.pool_manager.request(
-                    method="POST", url=url, headers=headers, body=body,
+                    method="POST",
+                    url=url,
+                    headers=headers,
+                    body=body,
                     timeout=urllib3.Timeout(connect=self._timeout[0], read=self._timeout[1]),
                 )
             if resp.status >= http.HTTPStatus.MULTIPLE_CHOICES:
@@ -534,8 +560,14 @@ class LakeFSClient:
             page = self._call(
                 "list_objects",
                 f"objects {prefix!r}* at {ref!r} in {repository!r}",
-                lambda after=after: self._api.objects_api.list_objects(
-                    repository, ref, prefix=prefix, after=after, amount=1000, _request_timeout=self._timeout
+                functools.partial(
+                    self._api.objects_api.list_objects,
+                    repository,
+                    ref,
+                    prefix=prefix,
+                    after=after,
+                    amount=1000,
+                    _request_timeout=self._timeout,
                 ),
                 idempotent=True,
             )

@@ -95,7 +95,9 @@ def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str
     if scheme not in _SCHEMES:
         raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
     env = os.environ if environ is None else environ
-    missing = [name for name in ("LAKEFS_ENDPOINT", "LAKEFENCE_REPOSITORY", "LAKEFENCE_INPUT_COMMIT") if not env.get(name)]
+    missing = [
+        name for name in ("LAKEFS_ENDPOINT", "LAKEFENCE_REPOSITORY", "LAKEFENCE_INPUT_COMMIT") if not env.get(name)
+    ]
     if missing:
         raise RuntimeError(f"not started by FencedSparkPublishOperator: {', '.join(missing)} unset")
     workspace = env.get("LAKEFENCE_WORKSPACE_DIR")

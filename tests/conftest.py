@@ -44,7 +44,6 @@ os.environ.update(
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """Migrate the session's SQLite metadata DB once (a few seconds)."""

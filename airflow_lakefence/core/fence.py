@@ -32,7 +32,7 @@ from airflow_lakefence.core.metadata import decode_metadata
 PARENT_SWITCH_VERSION = 1
 
 
-class Action(str, enum.Enum):
+class Action(enum.StrEnum):
     """What the publish step does."""
 
     MERGE = "merge"
@@ -83,7 +83,9 @@ class FenceDecision:
     reason: str
 
 
-def decide_publish(head: HeadState, input_ref: str, attempt: AttemptId, changed: bool, staged_commit: str) -> FenceDecision:
+def decide_publish(
+    head: HeadState, input_ref: str, attempt: AttemptId, changed: bool, staged_commit: str
+) -> FenceDecision:
     """Decide what publishing may do (protocol step 10).
 
     :param head: the target branch's HEAD.
@@ -112,8 +114,7 @@ def decide_publish(head: HeadState, input_ref: str, attempt: AttemptId, changed:
         return FenceDecision(
             Action.FAIL_CLOSED,
             None,
-            f"target HEAD {head.commit_id} is a foreign commit on top of the input commit: "
-            "no lakefence record",
+            f"target HEAD {head.commit_id} is a foreign commit on top of the input commit: no lakefence record",
         )
     if record.attempt.key != attempt.key:
         return FenceDecision(

@@ -232,7 +232,7 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
 
     # -- the protocol ------------------------------------------------------------------------
 
-    def execute(self, context: Any) -> str:
+    def execute(self, context: Any) -> str:  # type: ignore[override]
         """Run the fenced protocol; return the output ref.
 
         :param context: the Airflow context.
@@ -325,11 +325,12 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                 self.log.info("Removed staging branch %s of an earlier try", name)
 
     def _check_fence(self, fence: AttemptFence, where: str, client: LakeFSClient, staging: str) -> None:
-        if fence.stale_reason() is None:
+        reason = fence.stale_reason()
+        if reason is None:
             return
         # A stale attempt's own staging branch is worthless: drop it before waiting for the kill.
         self._delete_quietly(client, staging)
-        fence.check(where)
+        fence.fail(where, reason)
 
     def _check_budget(self, started: float) -> None:
         timeout = _seconds(self.execution_timeout, "execution_timeout")
@@ -487,7 +488,8 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                         merge_ref = client.merge(repo, staged.id, target, message, publish_meta)
                     except LakeFSConflictError as exc:
                         raise PublishRaceError(
-                            f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
+                            f"merge into {target!r} conflicted: another writer raced the publish",
+                            staging_branch=staging,
                         ) from exc
                     failpoints.hit("after_publish_action")
                     merged = client.get_commit(repo, merge_ref)

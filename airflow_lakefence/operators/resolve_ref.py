@@ -27,7 +27,9 @@ class LakeFSResolveRefOperator(BaseOperator):
     template_fields: Sequence[str] = ("repository", "ref")
     ui_color = "#b2ebf2"
 
-    def __init__(self, *, repository: str, ref: str, lakefs_conn_id: str = LakeFSHook.default_conn_name, **kwargs: Any) -> None:
+    def __init__(
+        self, *, repository: str, ref: str, lakefs_conn_id: str = LakeFSHook.default_conn_name, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.repository = repository
         self.ref = ref

@@ -28,7 +28,9 @@ def _fenced(task_id: str, **kwargs: object) -> FencedSparkPublishOperator:
         task_id=task_id,
         conn_id="spark_local",
         application=JOB,
-        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],  # a prefix keeps native rendering from parsing it
+        application_args=[
+            "spec={{ dag_run.conf.get('job', {}) | tojson }}"
+        ],  # a prefix keeps native rendering from parsing it
         env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
         repository="{{ dag_run.conf['repository'] }}",
         target_branch="{{ dag_run.conf['target'] }}",

@@ -37,11 +37,7 @@ def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id)
-            .all()
-        )
+        rows = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
         return {row.key: XComModel.deserialize_value(row) for row in rows}
 
 

@@ -119,7 +119,9 @@ def test_abandoned_publication_is_replaced_by_the_retry(dags: Any, seeded: tuple
     assert staging_branches(repo) == []
 
 
-def test_abandoned_publication_relocated_when_retry_changes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+def test_abandoned_publication_relocated_when_retry_changes_nothing(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
     repo, input_commit = seeded
     calls: list[int] = []
 
@@ -148,7 +150,9 @@ def test_foreign_commit_before_the_run_fails_before_the_job(dags: Any, seeded: t
     assert staging_branches(repo) == []
 
 
-def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
     repo, input_commit = seeded
     foreign: list[str] = []
     failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
@@ -174,8 +178,12 @@ def test_target_two_commits_past_input_fails_closed(dags: Any, seeded: tuple[lak
     assert repo.branch("main").get_commit().id == second
 
 
-@pytest.mark.parametrize(("point", "state"), [("after_job", "failed"), ("after_stage", "failed"), ("after_stage", "success")])
-def test_stale_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], point: str, state: str) -> None:
+@pytest.mark.parametrize(
+    ("point", "state"), [("after_job", "failed"), ("after_stage", "failed"), ("after_stage", "success")]
+)
+def test_stale_attempt_publishes_nothing(
+    dags: Any, seeded: tuple[lakefs.Repository, str], point: str, state: str
+) -> None:
     repo, input_commit = seeded
     failpoints.arm(point, lambda: update_ti("lf_test_workspace", "publish", state=state))
     dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
@@ -215,7 +223,9 @@ def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, st
 
 def test_workspace_mode_uploads_a_thousand_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"generate": {"prefix": "many/", "count": 1000, "size": 64}}))
+    dr = run_dag(
+        dags.workspace_dag, conf(repo, input_commit, {"generate": {"prefix": "many/", "count": 1000, "size": 64}})
+    )
     assert dr.state == "success"
     paths = [o.path for o in repo.ref("main").objects(prefix="many/")]
     assert len(paths) == 1000
@@ -224,7 +234,9 @@ def test_workspace_mode_uploads_a_thousand_files(dags: Any, seeded: tuple[lakefs
 
 def test_direct_mode_publishes_what_the_job_wrote(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"tables/t/p1.txt": "1"}}, output_prefixes=["tables/t/"]))
+    dr = run_dag(
+        dags.direct_dag, conf(repo, input_commit, {"files": {"tables/t/p1.txt": "1"}}, output_prefixes=["tables/t/"])
+    )
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["decision"] == "merge"

@@ -27,7 +27,9 @@ def test_hook_reads_the_connection(lakefs_conn: dict[str, str], lakefs_repo: lak
     assert lakefs_conn["password"] not in repr(hook.client)
 
 
-def test_hook_uri_connection_and_bad_credentials(lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch, lakefs_repo: lakefs.Repository) -> None:
+def test_hook_uri_connection_and_bad_credentials(
+    lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch, lakefs_repo: lakefs.Repository
+) -> None:
     host = lakefs_conn["host"].removeprefix("http://").removesuffix("/api/v1")
     secret = urllib.parse.quote(lakefs_conn["password"], safe="")
     monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_URI", f"lakefs://{lakefs_conn['login']}:{secret}@{host}")
@@ -70,7 +72,13 @@ def test_resolve_ref_operator(lakefs_repo: lakefs.Repository) -> None:
         LakeFSResolveRefOperator(task_id="r", repository=lakefs_repo.id, ref="nope").execute({})
 
 
-BASE: dict[str, Any] = {"task_id": "t", "repository": "repo", "target_branch": "main", "input_ref": "main", "application": "a.py"}
+BASE: dict[str, Any] = {
+    "task_id": "t",
+    "repository": "repo",
+    "target_branch": "main",
+    "input_ref": "main",
+    "application": "a.py",
+}
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,9 @@ def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[s
     raise AssertionError("input commit not on main's history")
 
 
-def test_merge_answer_lost_is_not_repeated(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_merge_answer_lost_is_not_repeated(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
     lakefs_controls.add_fault("mergeIntoBranch", drop=True, when="after")
@@ -57,7 +59,9 @@ def test_merge_answer_lost_is_not_repeated(dags: Any, seeded: tuple[lakefs.Repos
     assert staging_branches(repo) == []
 
 
-def test_merge_refused_with_503_is_re_evaluated_then_merged_once(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_merge_refused_with_503_is_re_evaluated_then_merged_once(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
     lakefs_controls.add_fault("mergeIntoBranch", status=503, when="before")
@@ -69,7 +73,9 @@ def test_merge_refused_with_503_is_re_evaluated_then_merged_once(dags: Any, seed
     assert read_text(repo, "main", "out/a.txt") == "A"
 
 
-def test_transient_read_failures_are_retried(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_transient_read_failures_are_retried(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
     repo, input_commit = seeded
     lakefs_controls.add_fault("getCommit", status=503)
     lakefs_controls.add_fault("getCommit", nth=3, drop=True)
@@ -78,7 +84,9 @@ def test_transient_read_failures_are_retried(dags: Any, seeded: tuple[lakefs.Rep
     assert read_text(repo, "main", "out/a.txt") == "A"
 
 
-def test_lakefs_down_is_a_clear_error_and_nothing_is_published(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_lakefs_down_is_a_clear_error_and_nothing_is_published(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
     repo, input_commit = seeded
     for nth in range(1, 11):  # more than the read retries
         lakefs_controls.add_fault("getCommit", nth=nth, status=503)

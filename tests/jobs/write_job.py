@@ -1,8 +1,9 @@
 """A test job: writes what a JSON spec says into the attempt's output location.
 
-Spec keys: ``files`` ({path: text}), ``first_try_files`` (only on try 1), ``stamp_path`` (a
-file whose content is the attempt's staging branch name), ``generate`` ({"prefix": str, "count": int, "size": int}),
-``dump_argv`` (write argv and whether the secret is in the environment), ``sleep`` (seconds), ``fail`` (exit 3), ``print_env`` (print the LAKEFENCE_* environment).
+Spec keys: ``files`` ({path: text}); ``first_try_files`` (only on try 1); ``stamp_path`` (a file
+whose content is the attempt's staging branch name); ``generate`` ({"prefix", "count", "size"});
+``dump_argv`` (write argv and whether the secret is in the environment); ``sleep`` (seconds);
+``fail`` (exit 3); ``print_env`` (print the LAKEFENCE_* environment).
 In direct mode the files go straight into the staging branch through the lakefs SDK, with the
 credentials the operator put in the environment; in workspace mode into the local workspace.
 """
@@ -50,7 +51,9 @@ def main() -> None:
         import lakefs
 
         client = lakefs.Client(
-            host=loc.endpoint, username=os.environ["LAKEFS_ACCESS_KEY_ID"], password=os.environ["LAKEFS_SECRET_ACCESS_KEY"]
+            host=loc.endpoint,
+            username=os.environ["LAKEFS_ACCESS_KEY_ID"],
+            password=os.environ["LAKEFS_SECRET_ACCESS_KEY"],
         )
         branch = lakefs.Repository(loc.repository, client=client).branch(loc.staging_branch)
         for path, text in files.items():

@@ -85,7 +85,9 @@ def test_branch_create_get_delete(lakefs_repo: lakefs.Repository) -> None:
     with pytest.raises(BadRequestException):
         lakefs_repo.branch("bad/name").create("main")
     with pytest.raises(BadRequestException):
-        lakefs_repo.branch("bad~name").head
+        _ = lakefs_repo.branch("bad~name").head
+    with pytest.raises(BadRequestException):
+        lakefs_repo.ref("main~x").get_commit()
     feature.delete()
     with pytest.raises(NotFoundException):
         feature.get_commit()
@@ -310,3 +312,21 @@ def test_log_limit_and_stop_at(lakefs_repo: lakefs.Repository, lakefs_client: la
     limited = api.log_commits(lakefs_repo.id, "main", amount=2, limit=True)
     assert [c.id for c in limited.results] == [ids[3], ids[2]]
     assert not limited.pagination.has_more
+
+
+def test_read_only_repository_refuses_writes(lakefs_server, lakefs_client: lakefs.Client) -> None:
+    name = f"lakefence-ro-{uuid.uuid4().hex[:8]}"
+    lakefs_client.sdk_client.repositories_api.create_repository(
+        lakefs_sdk.RepositoryCreation(
+            name=name, storage_namespace=f"{lakefs_server.storage_namespace}/{name}", read_only=True
+        )
+    )
+    repo = lakefs.Repository(name, client=lakefs_client)
+    try:
+        assert lakefs_client.sdk_client.repositories_api.get_repository(name).read_only is True
+        with pytest.raises(ForbiddenException):
+            repo.branch("b").create("main")
+        with pytest.raises(ForbiddenException):
+            repo.branch("main").commit("nope", allow_empty=True)
+    finally:
+        repo.delete()

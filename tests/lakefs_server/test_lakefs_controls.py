@@ -114,11 +114,15 @@ def test_remote_controls(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_c
     with pytest.raises(ServerException) as info:
         lakefs_repo.branch("main").get_commit()
     assert info.value.status_code == 502
-    remote.add_fault("getCommit", status=502)
+    remote.add_fault("getCommit", nth=2, status=502)
+    assert remote.faults() == lakefs_controls.faults()
+    assert remote.faults()[0].nth == 2
     remote.clear_faults()
+    assert remote.faults() == []
     lakefs_repo.branch("main").get_commit()
     remote.set_latency(0.1)
     assert lakefs_controls.latency() == pytest.approx(0.1)
+    assert remote.latency() == pytest.approx(0.1)
     remote.reset()
     assert lakefs_controls.latency() == 0
     lakefs_repo.branch("main").get_commit()

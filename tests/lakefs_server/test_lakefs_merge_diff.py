@@ -264,3 +264,18 @@ def test_diff_right_stats(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.
     assert item.right.content_type == "text/plain"
     assert item.right.metadata == {"a": "b"}
     assert item.right.checksum == main.object("r").stat().checksum
+
+
+def test_cherry_pick_merge_commit_needs_parent_number(
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository
+) -> None:
+    main, feature = forked
+    _put(feature, "m")
+    feature.commit("m")
+    merge_id = feature.merge_into(main)
+    other = lakefs_repo.branch("other").create(merge_id + "~1")
+    with pytest.raises(BadRequestException):
+        other.cherry_pick(merge_id)
+    picked = other.cherry_pick(merge_id, parent_number=1)
+    assert other.object("m").exists()
+    assert picked.metadata["cherry-pick-origin"] == merge_id

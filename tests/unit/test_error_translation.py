@@ -50,7 +50,8 @@ def _instantiate(cls: type) -> BaseException:
 
 
 SDK_CLASSES = [
-    c for c in _subclasses(lakefs.exceptions.LakeFSException) + _subclasses(lakefs_sdk.exceptions.OpenApiException)
+    c
+    for c in _subclasses(lakefs.exceptions.LakeFSException) + _subclasses(lakefs_sdk.exceptions.OpenApiException)
     if c.__module__.startswith(("lakefs", "lakefs_sdk"))
 ]
 

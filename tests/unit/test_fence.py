@@ -10,7 +10,7 @@ from airflow_lakefence.core.fence import Action, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 
-I = "i" * 64  # input commit
+INPUT = "i" * 64  # input commit
 C = "c" * 64  # staged commit
 H = "h" * 64  # some other HEAD
 KEY = PublicationKey("dag", "run", "task", -1)
@@ -18,65 +18,73 @@ OTHER_KEY = PublicationKey("dag", "run", "other_task", -1)
 ME = AttemptId(KEY, 3, "ti-3")
 
 
-def meta(attempt: AttemptId, role: str = ROLE_PUBLISH, input_ref: str = I) -> dict[str, str]:
+def meta(attempt: AttemptId, role: str = ROLE_PUBLISH, input_ref: str = INPUT) -> dict[str, str]:
     return encode_metadata(LakefenceRecord(attempt, role, input_ref, C if role == ROLE_PUBLISH else None))
 
 
-def head(parents: tuple[str, ...] = (I,), metadata: dict[str, str] | None = None, version: int = 1, commit_id: str = H) -> HeadState:
+def head(
+    parents: tuple[str, ...] = (INPUT,), metadata: dict[str, str] | None = None, version: int = 1, commit_id: str = H
+) -> HeadState:
     return HeadState(commit_id, parents, metadata or {}, version)
 
 
 EARLIER = AttemptId(KEY, 2, "ti-2")
 ROWS = [
     # (name, head, changed, expected action, expected output)
-    ("head is input, changes", head(commit_id=I, parents=("p",)), True, Action.MERGE, None),
-    ("head is input, no changes", head(commit_id=I, parents=("p",)), False, Action.NOOP, I),
-    ("earlier try's merge on input, changes", head((I, "s"), meta(EARLIER)), True, Action.REPLACE, C),
-    ("earlier try's merge on input, no changes", head((I, "s"), meta(EARLIER)), False, Action.RELOCATE, I),
-    ("earlier try's replacement (staged commit) on input", head((I,), meta(EARLIER, ROLE_STAGE)), True, Action.REPLACE, C),
-    ("try 1 of 3, changes", head((I, "s"), meta(AttemptId(KEY, 1, "ti-1"))), True, Action.REPLACE, C),
-    ("own publication (retried call)", head((I, C), meta(ME)), True, Action.IDEMPOTENT, H),
-    ("own publication, unchanged flag", head((I, C), meta(ME)), False, Action.IDEMPOTENT, H),
-    ("own replacement", head((I,), meta(ME, ROLE_STAGE)), True, Action.IDEMPOTENT, H),
-    ("legacy v0 merge: parents reversed", head(("s", I), meta(EARLIER), version=0), True, Action.REPLACE, C),
-    ("legacy v0 single parent", head((I,), meta(EARLIER), version=0), False, Action.RELOCATE, I),
+    ("head is input, changes", head(commit_id=INPUT, parents=("p",)), True, Action.MERGE, None),
+    ("head is input, no changes", head(commit_id=INPUT, parents=("p",)), False, Action.NOOP, INPUT),
+    ("earlier try's merge on input, changes", head((INPUT, "s"), meta(EARLIER)), True, Action.REPLACE, C),
+    ("earlier try's merge on input, no changes", head((INPUT, "s"), meta(EARLIER)), False, Action.RELOCATE, INPUT),
+    (
+        "earlier try's replacement (staged commit) on input",
+        head((INPUT,), meta(EARLIER, ROLE_STAGE)),
+        True,
+        Action.REPLACE,
+        C,
+    ),
+    ("try 1 of 3, changes", head((INPUT, "s"), meta(AttemptId(KEY, 1, "ti-1"))), True, Action.REPLACE, C),
+    ("own publication (retried call)", head((INPUT, C), meta(ME)), True, Action.IDEMPOTENT, H),
+    ("own publication, unchanged flag", head((INPUT, C), meta(ME)), False, Action.IDEMPOTENT, H),
+    ("own replacement", head((INPUT,), meta(ME, ROLE_STAGE)), True, Action.IDEMPOTENT, H),
+    ("legacy v0 merge: parents reversed", head(("s", INPUT), meta(EARLIER), version=0), True, Action.REPLACE, C),
+    ("legacy v0 single parent", head((INPUT,), meta(EARLIER), version=0), False, Action.RELOCATE, INPUT),
 ]
 FAILS = [
-    ("foreign commit on input", head((I,), {})),
-    ("foreign commit with unrelated metadata", head((I,), {"owner": "someone"})),
-    ("another task's publication on input", head((I, "s"), meta(AttemptId(OTHER_KEY, 1, "x")))),
-    ("newer try on input", head((I, "s"), meta(AttemptId(KEY, 4, "ti-4")))),
-    ("same try number, other ti (zombie twin)", head((I, "s"), meta(AttemptId(KEY, 3, "ti-3b")))),
-    ("publication recording another input", head((I, "s"), meta(EARLIER, input_ref="x" * 64))),
+    ("foreign commit on input", head((INPUT,), {})),
+    ("foreign commit with unrelated metadata", head((INPUT,), {"owner": "someone"})),
+    ("another task's publication on input", head((INPUT, "s"), meta(AttemptId(OTHER_KEY, 1, "x")))),
+    ("newer try on input", head((INPUT, "s"), meta(AttemptId(KEY, 4, "ti-4")))),
+    ("same try number, other ti (zombie twin)", head((INPUT, "s"), meta(AttemptId(KEY, 3, "ti-3b")))),
+    ("publication recording another input", head((INPUT, "s"), meta(EARLIER, input_ref="x" * 64))),
     ("two commits past input", head(("m" * 64,), meta(EARLIER))),
     ("unrelated history", head(("z" * 64,), {})),
     ("root commit", head((), {})),
-    ("v1 merge with input as second parent", head(("s", I), meta(EARLIER), version=1)),
-    ("malformed lakefence metadata", head((I,), {**meta(EARLIER), "lakefence.try_number": "two"})),
-    ("partial lakefence metadata", head((I,), {"lakefence.version": "1", "lakefence.role": "publish"})),
-    ("unknown lakefence format version", head((I,), {**meta(EARLIER), "lakefence.version": "9"})),
+    ("v1 merge with input as second parent", head(("s", INPUT), meta(EARLIER), version=1)),
+    ("malformed lakefence metadata", head((INPUT,), {**meta(EARLIER), "lakefence.try_number": "two"})),
+    ("partial lakefence metadata", head((INPUT,), {"lakefence.version": "1", "lakefence.role": "publish"})),
+    ("unknown lakefence format version", head((INPUT,), {**meta(EARLIER), "lakefence.version": "9"})),
 ]
 
 
 @pytest.mark.parametrize(("name", "state", "changed", "action", "output"), ROWS, ids=[r[0] for r in ROWS])
 def test_allowed_rows(name: str, state: HeadState, changed: bool, action: Action, output: str | None) -> None:
-    decision = decide_publish(state, I, ME, changed, C if changed else I)
+    decision = decide_publish(state, INPUT, ME, changed, C if changed else INPUT)
     assert decision.action is action, decision.reason
-    assert decision.output_ref == (output if action is not Action.RELOCATE else I)
+    assert decision.output_ref == (output if action is not Action.RELOCATE else INPUT)
 
 
 @pytest.mark.parametrize("changed", [True, False])
 @pytest.mark.parametrize(("name", "state"), FAILS, ids=[f[0] for f in FAILS])
 def test_fail_closed_rows(name: str, state: HeadState, changed: bool) -> None:
-    decision = decide_publish(state, I, ME, changed, C if changed else I)
+    decision = decide_publish(state, INPUT, ME, changed, C if changed else INPUT)
     assert decision.action is Action.FAIL_CLOSED
     assert decision.output_ref is None
     assert H in decision.reason or state.commit_id in decision.reason
 
 
 def test_every_action_is_reachable() -> None:
-    reached = {decide_publish(s, I, ME, ch, C).action for _, s, ch, _, _ in ROWS}
-    reached |= {decide_publish(s, I, ME, True, C).action for _, s in FAILS}
+    reached = {decide_publish(s, INPUT, ME, ch, C).action for _, s, ch, _, _ in ROWS}
+    reached |= {decide_publish(s, INPUT, ME, True, C).action for _, s in FAILS}
     assert reached == set(Action)
 
 
@@ -90,16 +98,19 @@ def test_first_parent_by_version(version: int, parents: tuple[str, ...], first: 
 
 def test_decision_is_total_over_a_grid() -> None:
     """Every combination of the inputs that matter yields exactly one well-formed decision."""
-    heads = [I, H]
-    parent_sets = [(), (I,), (H,), (I, "s"), ("s", I)]
+    heads = [INPUT, H]
+    parent_sets = [(), (INPUT,), (H,), (INPUT, "s"), ("s", INPUT)]
     records = [None, ME, EARLIER, AttemptId(KEY, 9, "n"), AttemptId(OTHER_KEY, 1, "o")]
-    for commit_id, parents, record, version, changed in itertools.product(heads, parent_sets, records, (0, 1), (True, False)):
+    for commit_id, parents, record, version, changed in itertools.product(
+        heads, parent_sets, records, (0, 1), (True, False)
+    ):
         metadata = meta(record) if record else {}
-        decision = decide_publish(HeadState(commit_id, parents, metadata, version), I, ME, changed, C if changed else I)
+        state = HeadState(commit_id, parents, metadata, version)
+        decision = decide_publish(state, INPUT, ME, changed, C if changed else INPUT)
         if decision.action is Action.FAIL_CLOSED:
             assert decision.output_ref is None
         elif decision.action is Action.MERGE:
-            assert changed and commit_id == I
+            assert changed and commit_id == INPUT
         else:
-            assert decision.output_ref in {I, C, commit_id}
+            assert decision.output_ref in {INPUT, C, commit_id}
         assert decision.reason

@@ -296,6 +296,8 @@ class LakeFSApp:
                 return json_response(204, None)
             if name == "stats" and request.method == "GET":
                 return json_response(200, self.controls.stats())
+            if name == "latency" and request.method == "GET":
+                return json_response(200, {"seconds": self.controls.latency()})
             if name == "latency" and request.method == "PUT":
                 seconds = _field(_body(request), "seconds", (int, float), required=True)  # type: ignore[arg-type]
                 self.controls.set_latency(float(seconds))

@@ -492,22 +492,26 @@ class _Tx:
         parts = [m.group(0) for m in MODIFIERS_RE.finditer(ref)]
         if not parts or not parts[0]:
             raise errors.bad_request("ref: invalid value: validation error")
-        base, modifiers = parts[0], parts[1:]
+        base = parts[0]
+        modifiers: list[tuple[str, int]] = []
+        for mod in parts[1:]:
+            typ, arg = mod[0], mod[1:]
+            if typ in "@$" and arg:
+                raise errors.bad_request("ref: invalid value: validation error")
+            try:
+                modifiers.append((typ, int(arg) if arg else 1))
+            except ValueError as exc:
+                raise errors.bad_request(f"could not parse modifier {mod}: ref: invalid value") from exc
         kind, branch, commit_id = self._resolve_base(repo, base)
         if not modifiers:
             return Resolved(commit_id, branch if kind == "branch" else None)
-        for mod in modifiers:
-            typ, arg = mod[0], mod[1:]
+        for typ, amount in modifiers:
             if typ in "@$":
-                if arg or kind != "branch" or len(modifiers) != 1:
+                if kind != "branch" or len(modifiers) != 1:
                     raise errors.bad_request("ref: invalid value: validation error")
                 if typ == "@":
                     return Resolved(commit_id)
                 return Resolved(commit_id, branch, staging_only=True)
-            try:
-                amount = int(arg) if arg else 1
-            except ValueError as exc:
-                raise errors.bad_request(f"could not parse modifier {mod}: ref: invalid value") from exc
             if typ == "~":
                 for _ in range(amount):
                     parents = self.commit(repo, commit_id).parents

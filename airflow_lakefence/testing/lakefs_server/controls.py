@@ -191,6 +191,10 @@ class RemoteControls:
         result: dict[str, int] = self._call("GET", "stats")
         return result
 
+    def latency(self) -> float:
+        """Return the latency added to every lakeFS API request, in seconds."""
+        return float(self._call("GET", "latency")["seconds"])
+
     def set_latency(self, seconds: float) -> None:
         """Add ``seconds`` of latency to every lakeFS API request.
 
@@ -223,6 +227,10 @@ class RemoteControls:
     def clear_faults(self) -> None:
         """Remove every scripted fault."""
         self._call("DELETE", "faults")
+
+    def faults(self) -> list[Fault]:
+        """Return the faults that have not fired yet."""
+        return [Fault(**item) for item in self._call("GET", "faults")]
 
     def reset(self) -> None:
         """Reset counts, latency and faults."""
