@@ -62,3 +62,10 @@ def test_example_dag_publishes_with_real_pyspark(
     assert staging_branches(repo) == []
     counts = xcoms(dr, "report")["return_value"]
     assert sum(counts.values()) == 2_000 and len(counts) == 7
+
+
+def test_docs_quote_the_example_verbatim() -> None:
+    source = (REPO / "dags_examples" / "example_fenced_publish.py").read_text()
+    start, end = "# [START lakefence_example]\n", "# [END lakefence_example]"
+    snippet = source[source.index(start) + len(start) : source.index(end)]
+    assert snippet in (REPO / "docs" / "operator.md").read_text()

@@ -99,7 +99,7 @@ def test_lakefs_down_is_a_clear_error_and_nothing_is_published(
     assert staging_branches(repo) == []
 
 
-@pytest.mark.parametrize("history", [1, 100])
+@pytest.mark.parametrize("history", [1, 100, 1000])
 def test_call_counts_of_a_direct_merge_publish(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, history: int
 ) -> None:
