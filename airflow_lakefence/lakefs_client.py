@@ -115,6 +115,7 @@ class CommitInfo:
     :param version: the commit version (parent order), 1 when lakeFS omits it.
     :param message: the commit message.
     :param meta_range_id: the content hash of the commit's tree.
+    :param creation_date: when the commit was created (Unix epoch seconds), ``None`` when unknown.
     """
 
     id: str
@@ -123,6 +124,7 @@ class CommitInfo:
     version: int = 1
     message: str = ""
     meta_range_id: str = ""
+    creation_date: int | None = None
 
     @classmethod
     def from_sdk(cls, commit: SdkCommit) -> CommitInfo:
@@ -137,6 +139,7 @@ class CommitInfo:
             version=1 if commit.version is None else int(commit.version),
             message=commit.message,
             meta_range_id=commit.meta_range_id,
+            creation_date=None if commit.creation_date is None else int(commit.creation_date),
         )
 
 
@@ -152,6 +155,22 @@ class ChangedPath:
     path: str
     type: str
     path_type: str
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object's stats.
+
+    :param path: the object path.
+    :param size_bytes: its size, ``None`` when lakeFS leaves it out.
+    :param checksum: its checksum (an ETag).
+    :param mtime: its modification time (Unix epoch seconds).
+    """
+
+    path: str
+    size_bytes: int | None
+    checksum: str
+    mtime: int
 
 
 class LakeFSClient:
@@ -574,4 +593,101 @@ class LakeFSClient:
             paths.extend(item.path for item in page.results)
             if not page.pagination.has_more:
                 return paths
+            after = page.pagination.next_offset
+
+    def stat_object(self, repository: str, ref: str, path: str) -> ObjectInfo:
+        """Return one object's stats (one call, no data read).
+
+        :param repository: the repository name.
+        :param ref: the ref (a commit id reads a fixed snapshot).
+        :param path: the object path.
+        :raises LakeFSNotFoundError: if the repository, ref or object does not exist.
+        :raises LakeFSError: for any other failure.
+        """
+        stats = self._call(
+            "stat_object",
+            f"object {path!r} at {ref!r} in {repository!r}",
+            lambda: self._api.objects_api.stat_object(repository, ref, path, _request_timeout=self._timeout),
+            idempotent=True,
+        )
+        return ObjectInfo(stats.path, stats.size_bytes, stats.checksum, int(stats.mtime))
+
+    def list_objects_page(self, repository: str, ref: str, prefix: str = "", *, amount: int = 1) -> list[str]:
+        """List at most ``amount`` object paths under ``prefix`` at ``ref`` with one call.
+
+        Unlike :meth:`list_objects` this does not follow pagination: "is there anything under
+        this prefix" costs one round-trip whatever the prefix holds.
+
+        :param repository: the repository name.
+        :param ref: the ref.
+        :param prefix: the path prefix.
+        :param amount: the page size, 1 to 1000.
+        :raises LakeFSError: on failure.
+        """
+        page = self._call(
+            "list_objects",
+            f"objects {prefix!r}* at {ref!r} in {repository!r}",
+            functools.partial(
+                self._api.objects_api.list_objects,
+                repository,
+                ref,
+                prefix=prefix,
+                amount=max(1, min(amount, 1000)),
+                _request_timeout=self._timeout,
+            ),
+            idempotent=True,
+        )
+        return [item.path for item in page.results]
+
+    def diff_refs(
+        self,
+        repository: str,
+        left: str,
+        right: str,
+        *,
+        prefix: str = "",
+        diff_type: str = "two_dot",
+        limit: int = 1000,
+    ) -> list[ChangedPath]:
+        """Return up to ``limit`` differences between two refs, following pagination.
+
+        ``two_dot`` compares the two trees; ``three_dot`` lists what ``right`` changed since the merge
+        base. With ``limit=1`` this is the cheapest "did anything under this prefix change" question
+        (one call).
+
+        :param repository: the repository name.
+        :param left: the left ref (e.g. an older commit).
+        :param right: the right ref.
+        :param prefix: only paths under this prefix.
+        :param diff_type: ``two_dot`` or ``three_dot``.
+        :param limit: stop after this many entries.
+        :raises ValueError: for an unknown ``diff_type`` or a ``limit`` below 1.
+        :raises LakeFSError: on failure.
+        """
+        if diff_type not in ("two_dot", "three_dot"):
+            raise ValueError(f"diff_type must be two_dot or three_dot, got {diff_type!r}")
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        result: list[ChangedPath] = []
+        after = ""
+        while True:
+            page = self._call(
+                "diff_refs",
+                f"{left!r}..{right!r} in {repository!r}",
+                functools.partial(
+                    self._api.refs_api.diff_refs,
+                    repository,
+                    left,
+                    right,
+                    after=after,
+                    amount=min(1000, limit - len(result)),
+                    prefix=prefix,
+                    type=diff_type,
+                    _request_timeout=self._timeout,
+                ),
+                idempotent=True,
+            )
+            result.extend(ChangedPath(item.path, item.type, item.path_type) for item in page.results)
+            if len(result) >= limit or not page.pagination.has_more:
+                return result[:limit]
             after = page.pagination.next_offset

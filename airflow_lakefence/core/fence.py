@@ -3,17 +3,14 @@
 Given the target branch's HEAD, the input commit, this attempt and whether staging changed
 anything, :func:`decide_publish` returns the one action the protocol allows:
 
-=====================================================  =======  ==========  ===========
-HEAD state                                             changes  action      output ref
-=====================================================  =======  ==========  ===========
-HEAD == input                                          yes      merge       merge commit
-HEAD == input                                          no       noop        input
-first parent == input, published for this key by an   yes      replace     staged
-earlier try                                                     (hard reset)
-same                                                   no       relocate    input
-HEAD is this attempt's own publication                 either   idempotent  HEAD
-anything else                                          either   fail_closed -
-=====================================================  =======  ==========  ===========
+* HEAD is the input: **merge** when something changed (output: the merge commit), else **noop**
+  (output: the input);
+* HEAD's first parent is the input and HEAD records an earlier try of the same key on that input:
+  **replace** (hard reset to the staged commit) when something changed, else **relocate** (hard
+  reset to the input);
+* HEAD records this very attempt on top of the input (a write whose answer was lost):
+  **idempotent** (output: HEAD);
+* anything else: **fail_closed**.
 
 The function is total and pure: every combination of inputs maps to exactly one row.
 """

@@ -1,0 +1,98 @@
+"""``lakefs://`` Assets: URI rules, and the events a fenced publication emits.
+
+An asset URI names a path prefix on a branch: ``lakefs://<repository>/<branch>/<prefix>``.
+Airflow calls :func:`sanitize_uri` (registered under ``asset-uris`` in the provider info) for every
+``lakefs`` URI, so a malformed one fails at DAG parse time and equal prefixes compare equal.
+
+The fenced operator emits an event for its ``lakefs://`` outlets only when it published (merge,
+replacement, or a retried call of its own publication), with the commits in the event's extra.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from typing import Any
+from urllib.parse import SplitResult
+
+from airflow_lakefence.core.naming import is_valid_branch_name
+
+SCHEME = "lakefs"
+#: Decisions that put new data on the target: only they emit asset events.
+PUBLISHING_DECISIONS = frozenset({"merge", "replace", "idempotent"})
+
+_REPOSITORY_RE = re.compile(r"[a-z0-9][a-z0-9-]{2,62}")
+
+
+def sanitize_uri(uri: SplitResult) -> SplitResult:
+    """Validate and normalise a ``lakefs://repository/branch/prefix`` URI.
+
+    :param uri: the split URI (Airflow passes it split).
+    :return: the normalised URI: no query, fragment, credentials or port; no empty or dot path
+        segments; no trailing slash.
+    :raises ValueError: if the repository or branch is missing or invalid.
+    """
+    if uri.scheme != SCHEME:
+        raise ValueError(f"not a {SCHEME}:// URI: {uri.geturl()!r}")
+    if uri.username or uri.password or uri.port or "@" in uri.netloc:
+        raise ValueError("lakefs:// asset URIs must not carry credentials or a port")
+    if uri.query or uri.fragment:
+        raise ValueError("lakefs:// asset URIs take no query or fragment")
+    repository = uri.netloc
+    if not _REPOSITORY_RE.fullmatch(repository):
+        raise ValueError(f"invalid lakeFS repository {repository!r} in asset URI")
+    segments = [s for s in urllib.parse.unquote(uri.path).split("/") if s]
+    if not segments:
+        raise ValueError("lakefs:// asset URIs need a branch: lakefs://<repository>/<branch>[/<prefix>]")
+    if any(s in (".", "..") for s in segments):
+        raise ValueError("lakefs:// asset URIs must not contain '.' or '..' segments")
+    if not is_valid_branch_name(segments[0]):
+        raise ValueError(f"invalid lakeFS branch {segments[0]!r} in asset URI")
+    return SplitResult(SCHEME, repository, "/" + "/".join(segments), "", "")
+
+
+def parse_uri(uri: str) -> tuple[str, str, str]:
+    """Split a ``lakefs://`` asset URI into ``(repository, branch, prefix)``.
+
+    :param uri: the URI.
+    :raises ValueError: if it is not a valid lakefs asset URI.
+    """
+    clean = sanitize_uri(urllib.parse.urlsplit(uri))
+    branch, _, prefix = clean.path.lstrip("/").partition("/")
+    return clean.netloc, branch, prefix
+
+
+def create_asset(*, repository: str, branch: str, prefix: str = "", extra: dict[str, Any] | None = None) -> Any:
+    """Build the Asset of a prefix on a branch (the ``asset-uris`` factory).
+
+    :param repository: the repository.
+    :param branch: the branch.
+    :param prefix: the path prefix ("" for the whole branch).
+    :param extra: the asset's static extra.
+    :raises ValueError: for an invalid repository or branch.
+    """
+    from airflow.sdk import Asset
+
+    uri = f"{SCHEME}://{repository}/{branch}/{prefix.strip('/')}".rstrip("/")
+    return Asset(uri=urllib.parse.urlunsplit(sanitize_uri(urllib.parse.urlsplit(uri))), extra=extra or {})
+
+
+def event_extra(
+    *, repository: str, output_ref: str, input_ref: str, staged_commit: str | None, decision: str, prefix: str
+) -> dict[str, str | None]:
+    """The extra of the asset event of one publication: enough to read exactly what was published.
+
+    :param repository: the repository.
+    :param output_ref: the published commit.
+    :param input_ref: the input commit.
+    :param staged_commit: the staged commit.
+    :param decision: the fence decision.
+    :param prefix: the asset's path prefix.
+    """
+    return {
+        "output_ref": output_ref,
+        "input_ref": input_ref,
+        "staged_commit": staged_commit,
+        "decision": decision,
+        "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
+    }

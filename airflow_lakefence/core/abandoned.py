@@ -1,0 +1,294 @@
+"""Is the target branch's HEAD an abandoned publication? (the soft fence's one crash window)
+
+A worker that dies after publishing and before Airflow records success leaves data on the target
+that no successful try stands behind. This module decides, from plain values, what the HEAD of a
+branch is:
+
+=====================  ===========================================================================
+verdict                HEAD is...
+=====================  ===========================================================================
+``not_a_publication``  a commit without a lakefence record (a foreign commit, the initial commit)
+``out_of_scope``       a publication of another DAG/task than the one asked about
+``settled``            a publication whose task instance **succeeded with that output**
+                       (its XCom ``output_ref`` is HEAD)
+``in_flight``          a publication whose task instance is still running: the try that published
+                       it completing, or a newer try that has not shown itself yet
+``abandoned``          a publication whose try is neither running nor succeeded with that output:
+                       the task instance failed, was marked, cleared, is waiting for a retry, was
+                       deleted, succeeded with another output, or a newer try is running
+=====================  ===========================================================================
+
+Airflow tells a task instance's *current* state but not its try number. The running try is known to
+be newer than HEAD's when a staging branch of a higher try of the same key exists (try numbers only
+grow, and every writable try creates its staging branch before its job), so a running state is
+``abandoned`` (with ``replacement_running``) only with that proof, and ``in_flight`` otherwise.
+
+Nothing here imports Airflow or lakeFS; the sensors and the trigger gather the inputs and act on
+the answer. Airflow task-instance states are plain strings here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_lakefence.core.fence import HeadState
+from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.metadata import LakefenceRecord, decode_metadata
+from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_prefix
+
+SUCCESS = "success"
+#: States in which a try of the task may still act (a try that publishes never defers, but the
+#: decision stays safe for a subclass that does).
+LIVE_STATES = frozenset({"running", "deferred", "up_for_reschedule"})
+#: States in which no try is running and Airflow will start a new one (retry, clear, rerun).
+PENDING_STATES = frozenset({"none", "scheduled", "queued", "up_for_retry", "restarting"})
+#: Final states other than success.
+FAILED_STATES = frozenset({"failed", "upstream_failed", "skipped", "removed"})
+
+
+class Verdict(enum.StrEnum):
+    """What the target's HEAD is."""
+
+    NOT_A_PUBLICATION = "not_a_publication"
+    OUT_OF_SCOPE = "out_of_scope"
+    SETTLED = "settled"
+    IN_FLIGHT = "in_flight"
+    ABANDONED = "abandoned"
+
+
+#: Verdicts under which a downstream reader may read HEAD (settled mode passes).
+READABLE = frozenset({Verdict.NOT_A_PUBLICATION, Verdict.OUT_OF_SCOPE, Verdict.SETTLED})
+
+
+@dataclass(frozen=True)
+class PublisherScope:
+    """Restrict the question to the publications of one DAG (and optionally one task).
+
+    :param dag_id: the publishing DAG id, ``None`` for any.
+    :param task_id: the publishing task id, ``None`` for any task of the DAG.
+    """
+
+    dag_id: str | None = None
+    task_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.task_id is not None and self.dag_id is None:
+            raise ValueError("a publisher task_id needs its dag_id")
+
+    def covers(self, key: PublicationKey) -> bool:
+        """Tell whether ``key`` is a publication of this scope.
+
+        :param key: the publication key of a commit.
+        """
+        if self.dag_id is not None and key.dag_id != self.dag_id:
+            return False
+        return self.task_id is None or key.task_id == self.task_id
+
+
+@dataclass(frozen=True)
+class PublisherState:
+    """What Airflow (and the staging branches) say about the task instance that published HEAD.
+
+    :param state: the task instance's current state (``"none"`` for a cleared one without state),
+        or ``None`` when the task instance does not exist (its run was deleted).
+    :param output_ref: its XCom ``output_ref``; read only when the state is ``success``.
+    :param newest_staging_try: the highest try number among the key's staging branches; looked up
+        only when the state is live (``None``: not looked up, or no branch).
+    """
+
+    state: str | None
+    output_ref: str | None = None
+    newest_staging_try: int | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The answer about one HEAD.
+
+    :param verdict: what HEAD is.
+    :param reason: one sentence, for logs and alerts.
+    :param head: HEAD's commit id.
+    :param record: HEAD's lakefence record, if any.
+    :param state: the publishing task instance's state as observed (``None`` if not asked).
+    :param output_ref: the task instance's ``output_ref`` XCom as observed.
+    :param retry_pending: an abandoned HEAD that Airflow is about to retry or rerun (the next try
+        replaces it, or relocates the target to the input).
+    :param replacement_running: an abandoned HEAD whose replacement try is running now.
+    """
+
+    verdict: Verdict
+    reason: str
+    head: str
+    record: LakefenceRecord | None = None
+    state: str | None = None
+    output_ref: str | None = None
+    retry_pending: bool = False
+    replacement_running: bool = False
+
+    @property
+    def readable(self) -> bool:
+        """Whether a downstream reader may read HEAD now (settled mode passes)."""
+        return self.verdict in READABLE
+
+    @property
+    def repair_underway(self) -> bool:
+        """Whether Airflow itself is about to replace an abandoned HEAD (retry pending or running)."""
+        return self.retry_pending or self.replacement_running
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable description (for XCom, trigger events and alerts)."""
+        result: dict[str, Any] = {
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "head": self.head,
+            "state": self.state,
+            "output_ref": self.output_ref,
+            "retry_pending": self.retry_pending,
+            "replacement_running": self.replacement_running,
+        }
+        if self.record is not None:
+            key = self.record.attempt.key
+            result.update(
+                dag_id=key.dag_id,
+                run_id=key.run_id,
+                task_id=key.task_id,
+                map_index=key.map_index,
+                try_number=self.record.attempt.try_number,
+                ti_id=self.record.attempt.ti_id,
+                role=self.record.role,
+                input_ref=self.record.input_ref,
+            )
+        return result
+
+
+def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakefenceRecord:
+    """First step: the HEAD's record, or the final verdict when Airflow need not be asked.
+
+    :param head: the target branch's HEAD.
+    :param scope: restrict to one publisher; ``None`` for any.
+    :return: the record to look up in Airflow, or a ``not_a_publication`` / ``out_of_scope`` judgement.
+    """
+    record = decode_metadata(head.metadata)
+    if record is None:
+        return Judgement(Verdict.NOT_A_PUBLICATION, f"HEAD {head.commit_id} carries no lakefence record", head.commit_id)
+    if scope is not None and not scope.covers(record.attempt.key):
+        return Judgement(
+            Verdict.OUT_OF_SCOPE,
+            f"HEAD {head.commit_id} was published by {record.attempt.key.dag_id}.{record.attempt.key.task_id}, "
+            "outside the watched publisher",
+            head.commit_id,
+            record,
+        )
+    return record
+
+
+def normalise_state(state: object) -> str | None:
+    """Turn an Airflow state (enum, string or ``None``) into the strings used here.
+
+    :param state: what ``get_task_states`` answered for one task instance.
+    :return: the state's value; ``"none"`` for a task instance without a state.
+    """
+    if state is None:
+        return "none"
+    value = getattr(state, "value", state)
+    return str(value).lower()
+
+
+def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
+    """Pick one task instance's state out of ``get_task_states``' ``{run_id: {task: state}}``.
+
+    Airflow names a mapped instance ``<task_id>_<map_index>`` in that answer.
+
+    :param answer: the answer.
+    :param key: the publication key.
+    :return: the normalised state, or ``None`` when the task instance is not in the answer.
+    """
+    by_run = answer if isinstance(answer, Mapping) else {}
+    by_task = by_run.get(key.run_id)
+    if not isinstance(by_task, Mapping):
+        return None
+    name = key.task_id if key.map_index < 0 else f"{key.task_id}_{key.map_index}"
+    if name not in by_task:
+        return None
+    return normalise_state(by_task[name])
+
+
+def needs_output_ref(state: str | None) -> bool:
+    """Whether the ``output_ref`` XCom must be read to judge (only for a successful instance).
+
+    :param state: the normalised state.
+    """
+    return state == SUCCESS
+
+
+def needs_staging_listing(state: str | None) -> bool:
+    """Whether the key's staging branches must be listed to judge (only for a live instance).
+
+    :param state: the normalised state.
+    """
+    return state in LIVE_STATES
+
+
+def newest_try(branch_names: Iterable[str], key: PublicationKey, prefix: str) -> int | None:
+    """The highest try number among the staging branches of ``key`` in ``branch_names``.
+
+    :param branch_names: branch names, e.g. a prefix listing.
+    :param key: the publication key.
+    :param prefix: the staging branch prefix the publisher uses.
+    """
+    own = staging_branch_prefix(key, prefix)
+    tries = [
+        info.try_number
+        for name in branch_names
+        if name.startswith(own) and (info := parse_staging_branch_name(name, prefix)) is not None
+    ]
+    return max(tries, default=None)
+
+
+def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -> Judgement:
+    """Second step: judge a publication HEAD from its task instance's state.
+
+    :param head: the target branch's HEAD.
+    :param record: HEAD's lakefence record (from :func:`publication_of`).
+    :param publisher: what Airflow says about the publishing task instance.
+    :return: ``settled``, ``in_flight`` or ``abandoned``.
+    """
+    key, try_number = record.attempt.key, record.attempt.try_number
+    who = f"{key.dag_id}.{key.task_id}[{key.run_id}" + (f", map {key.map_index}]" if key.map_index >= 0 else "]")
+    what = f"HEAD {head.commit_id} (published by {who} try {try_number})"
+
+    def verdict(v: Verdict, reason: str, **flags: bool) -> Judgement:
+        return Judgement(v, f"{what}: {reason}", head.commit_id, record, publisher.state, publisher.output_ref, **flags)
+
+    state = publisher.state
+    if state is None:
+        return verdict(Verdict.ABANDONED, "its task instance no longer exists")
+    if state == SUCCESS:
+        if publisher.output_ref == head.commit_id:
+            return verdict(Verdict.SETTLED, "its task instance succeeded with this output")
+        return verdict(
+            Verdict.ABANDONED,
+            f"its task instance is success but stands behind {publisher.output_ref!r}, not HEAD",
+        )
+    if state in LIVE_STATES:
+        newest = publisher.newest_staging_try
+        if newest is not None and newest > try_number:
+            return verdict(
+                Verdict.ABANDONED,
+                f"try {newest} of its task is {state} and will replace it",
+                replacement_running=True,
+            )
+        return verdict(Verdict.IN_FLIGHT, f"its task instance is {state}: the publishing try may still complete")
+    if state in PENDING_STATES:
+        return verdict(
+            Verdict.ABANDONED,
+            f"its task instance is {state}: no try is running; the next try will replace it",
+            retry_pending=True,
+        )
+    if state in FAILED_STATES:
+        return verdict(Verdict.ABANDONED, f"its task instance is {state}")
+    # A state this version does not know (a newer Airflow's): never raise a false alarm on it.
+    return verdict(Verdict.IN_FLIGHT, f"its task instance is in state {state!r}, which is not judged here")

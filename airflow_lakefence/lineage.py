@@ -1,0 +1,61 @@
+"""OpenLineage datasets of a fenced publication (used when the openlineage provider is installed).
+
+Datasets are named by repository, branch and prefix, which stay stable across runs; the exact
+commits travel as the dataset version facet. The namespace is ``lakefs://<endpoint host>``.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+
+def namespace(endpoint: str) -> str:
+    """The OpenLineage namespace of a lakeFS installation.
+
+    :param endpoint: the lakeFS endpoint URL.
+    """
+    parsed = urllib.parse.urlsplit(endpoint)
+    return f"lakefs://{parsed.netloc or parsed.path}"
+
+
+def _dataset(ns: str, name: str, version: str | None) -> Any:
+    from openlineage.client.generated.base import Dataset
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+
+    facets = {"version": DatasetVersionDatasetFacet(datasetVersion=version)} if version else {}
+    return Dataset(namespace=ns, name=name, facets=facets)
+
+
+def operator_lineage(
+    *,
+    endpoint: str,
+    repository: str,
+    input_ref: str,
+    input_commit: str | None,
+    target_branch: str,
+    output_prefixes: Sequence[str],
+    output_commit: str | None,
+) -> Any:
+    """Build the ``OperatorLineage`` of a fenced publication.
+
+    :param endpoint: the lakeFS endpoint URL.
+    :param repository: the repository.
+    :param input_ref: the input ref as given (a branch, tag or commit id).
+    :param input_commit: the resolved input commit, once known.
+    :param target_branch: the target branch.
+    :param output_prefixes: the declared output prefixes (the whole branch when empty).
+    :param output_commit: the published commit; ``None`` when nothing was published (no outputs).
+    """
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    ns = namespace(endpoint)
+    inputs = [_dataset(ns, f"{repository}/{input_ref}", input_commit)]
+    outputs = []
+    if output_commit is not None:
+        names = [f"{repository}/{target_branch}/{p.strip('/')}" for p in output_prefixes] or [
+            f"{repository}/{target_branch}"
+        ]
+        outputs = [_dataset(ns, name, output_commit) for name in names]
+    return OperatorLineage(inputs=inputs, outputs=outputs)

@@ -1,0 +1,130 @@
+"""DAGs the real-scheduler tests (tests/scheduler) run on a full Airflow stack.
+
+Each DAG publishes into fixed repositories and targets, because a pool (one slot per target) is
+fixed at parse time; the tests create the repositories before triggering. dag_run.conf carries
+only the job spec of tests/scheduler/sched_job.py (``job``). The Spark engine is
+tests/fake_spark/spark-submit (the JVM skipped); Airflow, its scheduler, supervisor and signals,
+the protocol and lakeFS (the local test server) are all real.
+
+Importing this file has no side effects: the dag.test() suites never load it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+
+HERE = Path(__file__).resolve().parent
+FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
+JOB = str(HERE.parent / "scheduler" / "sched_job.py")
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+#: dag_id -> (repository, [target branches]); the tests create these.
+TARGETS: dict[str, tuple[str, list[str]]] = {
+    "lf_sched_clear": ("lf-sched-clear", ["main"]),
+    "lf_sched_mark": ("lf-sched-mark", ["mark-failed", "mark-success"]),
+    "lf_sched_retry": ("lf-sched-retry", ["main"]),
+    "lf_sched_backfill": ("lf-sched-backfill", ["main"]),
+}
+
+
+def pool_name(repository: str, target: str) -> str:
+    """The 1-slot pool of one target branch (the harness creates one per entry of TARGETS)."""
+    return f"lakefs_{repository}_{target}"
+
+
+def _publish(task_id: str, repository: str, target: str, input_ref: Any, **kwargs: Any) -> FencedSparkPublishOperator:
+    return FencedSparkPublishOperator(
+        task_id=task_id,
+        conn_id="spark_local",
+        application=JOB,
+        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
+        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        repository=repository,
+        target_branch=target,
+        input_ref=input_ref,
+        write_mode="workspace",
+        commit_message=f"{task_id} {{{{ run_id }}}}",
+        # One writer per target: a 1-slot pool per target branch and one active try per DAG.
+        pool=pool_name(repository, target),
+        max_active_tis_per_dag=1,
+        **kwargs,
+    )
+
+
+def _crash_after_publish_on_first_try(context: Any) -> None:
+    """Arm the ``after_verify=exit`` failpoint in try 1 only: a worker dying right after publishing.
+
+    The task process is a fork of its own, so the variable dies with it; try 2 starts clean.
+    """
+    if context["ti"].try_number == 1:
+        os.environ[failpoints.ENV_VAR] = "after_verify=exit"
+    else:
+        os.environ.pop(failpoints.ENV_VAR, None)
+
+
+def _dag(dag_id: str, **kwargs: Any) -> DAG:
+    params: dict[str, Any] = {
+        "schedule": None,
+        "start_date": START,
+        "catchup": False,
+        "tags": ["lakefence-scheduler-test"],
+    }
+    params.update(kwargs)
+    return DAG(dag_id, **params)
+
+
+# 1. Cleared mid-Spark. retries=0 and the default retry_delay (300 s): a new try that starts
+# within seconds proves the stale try did not push the restarting task into up_for_retry.
+_repo, (_target,) = TARGETS["lf_sched_clear"]
+with _dag("lf_sched_clear"):
+    _resolve = LakeFSResolveRefOperator(task_id="resolve_input", repository=_repo, ref=_target)
+    _publish("publish", _repo, _target, _resolve.output, retries=0)
+
+# 2. Marked failed / marked success mid-run: two targets, two pools, both running at once.
+_repo, _mark_targets = TARGETS["lf_sched_mark"]
+with _dag("lf_sched_mark"):
+    for _target in _mark_targets:
+        _resolve = LakeFSResolveRefOperator(task_id=f"resolve_{_target}", repository=_repo, ref=_target)
+        _publish(f"publish_{_target}".replace("-", "_"), _repo, _target, _resolve.output, retries=0)
+
+# 3. Try 1 dies right after publishing; Airflow retries it on its own; try 2 replaces the publication.
+_repo, (_target,) = TARGETS["lf_sched_retry"]
+with _dag("lf_sched_retry"):
+    _resolve = LakeFSResolveRefOperator(task_id="resolve_input", repository=_repo, ref=_target)
+    _publish(
+        "publish",
+        _repo,
+        _target,
+        _resolve.output,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        pre_execute=_crash_after_publish_on_first_try,
+    )
+
+# 4. Backfilled onto one target. Runs of one DAG share the target, so each run must pin its input
+# only after the previous run published: depends_on_past + wait_for_downstream on the resolve task
+# (it waits for the previous run's resolve *and* publish), depends_on_past on the fenced task.
+_repo, (_target,) = TARGETS["lf_sched_backfill"]
+with _dag("lf_sched_backfill", schedule="@daily", end_date=START.add(days=4)):
+    _resolve = LakeFSResolveRefOperator(
+        task_id="resolve_input", repository=_repo, ref=_target, depends_on_past=True, wait_for_downstream=True
+    )
+    _publish(
+        "publish",
+        _repo,
+        _target,
+        _resolve.output,
+        depends_on_past=True,
+        retries=0,
+        commit_metadata={"logical_date": "{{ logical_date.isoformat() }}"},
+    )

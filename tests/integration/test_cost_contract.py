@@ -1,0 +1,514 @@
+"""The cost contract of one fenced publish: lakeFS calls and Airflow Execution-API calls per attempt.
+
+On a real deployment every call is a network round-trip, so the number of calls of one publish is
+part of the operator's interface. These tests pin it exactly, split before/after the Spark job, for
+every publish decision, and prove it does not depend on the target's history depth (1, 100, 1,000
+commits) nor on how many objects the job changed (1, 100, 10,000; direct mode). A change that adds
+a call, or makes one depend on history or data volume, fails here. docs/performance.md explains the
+method and the figures.
+
+How it is measured, with real components only:
+
+* lakeFS: the local server's per-operation request counters (every HTTP request the SDK sends).
+  The state a scenario needs (history, the job's 10,000 objects, a racing foreign commit) is made
+  through the server's store in-process, so it costs no counted request and no test time.
+* Airflow: a spy on the in-process Execution-API channel of ``dag.test()``
+  (``InProcessSupervisorComms.send``) counts every request the task sends to the API server, by
+  message type, and delegates to the real implementation.
+* Boundaries: each try starts with the DAG's ``pre_execute`` hook, and failpoint callbacks mark
+  the protocol points (``after_job``, ``after_fence_1``...), snapshotting both counters.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.attempt import attempt_from_context
+from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.naming import staging_branch_name, staging_branch_prefix
+from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
+from airflow_lakefence.testing.lakefs_server import LakeFSServer
+from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from tests.conftest import load_dag_module
+from tests.integration.helpers import run_dag, update_ti, xcoms
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
+
+REPOSITORY = "cost-contract"
+MAX_DEPTH = 1000
+#: (target history depth, objects the job changes): every depth and every volume of the issue.
+POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
+POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
+
+_BEFORE = {"getCommit": 1, "createBranch": 1}  # target HEAD (early fence), staging branch from input
+_BEFORE_RETRY = {**_BEFORE, "listBranches": 1}  # + earlier tries' staging branches
+#: decision -> (lakeFS calls before the Spark job, after it), per attempt. docs/performance.md.
+CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
+    "merge": (_BEFORE, {"commit": 1, "getCommit": 2, "mergeIntoBranch": 1, "deleteBranch": 1}),
+    "noop": (_BEFORE, {"commit": 1, "getCommit": 1, "deleteBranch": 1}),
+    "replace": (_BEFORE_RETRY, {"commit": 1, "getCommit": 2, "hardResetBranch": 1, "deleteBranch": 1}),
+    "relocate": (_BEFORE_RETRY, {"commit": 1, "getCommit": 2, "hardResetBranch": 1, "deleteBranch": 1}),
+    # The staging branch is kept as evidence: no delete.
+    "fail_closed": (_BEFORE, {"commit": 1, "getCommit": 1}),
+    # The target already moved past the input: refused before spending a Spark job.
+    "fail_closed_before_job": ({"getCommit": 1, "createBranch": 1, "deleteBranch": 1}, {}),
+}
+MAX_CALLS_PER_ATTEMPT = 8
+MAX_CALLS_AFTER_JOB = 5
+#: Execution-API requests of the attempt fence: one to arm it, two per check.
+FENCE_MESSAGES = ("SetTaskStateStore", "GetTaskStateStore", "GetTaskStates")
+FENCE_CHECK = {"GetTaskStateStore": 1, "GetTaskStates": 1}
+MAX_API_CALLS_PER_CHECK = 2
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeFSServer]:
+    """This module's own local lakeFS: its store sets up scenarios without counted requests."""
+    with LakeFSServer(tmp_path_factory.mktemp("lakefs-cost")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def lakefs_server(server: LakeFSServer) -> LakeFSServerInfo:
+    """Override of the plugin's fixture: ``lakefs_conn`` and ``lakefs_controls`` use this server."""
+    return LakeFSServerInfo(
+        server.url, server.access_key_id, server.secret_access_key, "local://cost", server.controls
+    )
+
+
+@pytest.fixture(scope="module")
+def history(server: LakeFSServer) -> dict[int, str]:
+    """A repository whose ``main`` is ``MAX_DEPTH`` commits deep; returns {depth: commit id}."""
+    client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
+    lakefs.Repository(REPOSITORY, client=client).create(storage_namespace=f"local://cost/{REPOSITORY}")
+    seed = server.store.put_blob(io.BytesIO(b"input"))
+    _stage(server, "main", ["in/data.txt"], seed)
+    server.store.commit(REPOSITORY, "main", "seed input")  # depth 2: the creation commit is depth 1
+    for n in range(MAX_DEPTH - 2):
+        server.store.commit(REPOSITORY, "main", f"history {n}", allow_empty=True)
+    return {depth: server.store.get_commit(REPOSITORY, f"main~{MAX_DEPTH - depth}").id for depth in (1, 100, 1000)}
+
+
+@pytest.fixture
+def dags() -> Any:
+    module = load_dag_module("testdags/cost_dags.py")
+    module.FAILURES.clear()
+    yield module
+    module.PROBE["try_start"] = None
+
+
+@pytest.fixture
+def api_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count every Execution-API request of the task, by message type (delegating spy)."""
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+
+    calls: Counter[str] = Counter()
+    real_send = InProcessSupervisorComms.send
+
+    def send(self: Any, msg: Any) -> Any:
+        calls[type(msg).__name__] += 1
+        return real_send(self, msg)
+
+    monkeypatch.setattr(InProcessSupervisorComms, "send", send)
+    return calls
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def _stage(server: LakeFSServer, branch: str, paths: list[str], blob: Any) -> None:
+    """Stage ``paths`` on ``branch`` uncommitted, in one store transaction: what a direct-mode job
+    leaves behind, without 10,000 counted uploads (through the SDK that takes about 30 s)."""
+    with server.store.write() as tx:
+        entry = tx.add_entry(
+            address=f"local://cost/{REPOSITORY}/data/{uuid.uuid4().hex}",
+            blob=blob.sha256,
+            checksum=blob.md5,
+            size=blob.size,
+            mtime=0,
+            content_type="application/octet-stream",
+            metadata={},
+        )
+        for path in paths:
+            tx.stage(REPOSITORY, branch, path, entry)
+
+
+def _current() -> tuple[int, str]:
+    """(try number, staging branch) of the running attempt, from inside a failpoint callback."""
+    from airflow.sdk import get_current_context
+
+    context = get_current_context()
+    attempt = attempt_from_context(context)
+    return attempt.try_number, staging_branch_name(attempt, "lakefence")
+
+
+@dataclass
+class Mark:
+    label: str
+    try_number: int
+    lakefs: Counter[str]
+    airflow: Counter[str]
+
+
+@dataclass
+class Attempt:
+    """The calls of one try, split at the Spark job."""
+
+    before: dict[str, int]
+    after: dict[str, int]
+    fence_checks: list[dict[str, int]] = field(default_factory=list)
+    fence_arm: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.before.values()) + sum(self.after.values())
+
+
+class Probe:
+    """Snapshots of both counters at the try boundaries and protocol points."""
+
+    def __init__(self, controls: Any, api_calls: Counter[str]) -> None:
+        self.controls = controls
+        self.api_calls = api_calls
+        self.marks: list[Mark] = []
+
+    def mark(self, label: str, try_number: int) -> None:
+        self.marks.append(Mark(label, try_number, Counter(self.controls.counts()), Counter(self.api_calls)))
+
+    def attempts(self) -> dict[int, Attempt]:
+        """The calls of every try; a try ends where the next one starts (or at the ``end`` mark)."""
+        result: dict[int, Attempt] = {}
+        starts = [i for i, m in enumerate(self.marks) if m.label == "start"]
+        for n, first in enumerate(starts):
+            last = starts[n + 1] if n + 1 < len(starts) else len(self.marks) - 1
+            span = self.marks[first : last + 1]
+            by_label = {m.label: m for m in span}
+            start, end = span[0], span[-1]
+            job = by_label.get("after_job", end)
+            attempt = Attempt(dict(job.lakefs - start.lakefs), dict(end.lakefs - job.lakefs))
+            attempt.fence_arm = {
+                k: v for k, v in (job.airflow - start.airflow).items() if k in FENCE_MESSAGES
+            }
+            for a, b in (("after_job", "after_fence_1"), ("after_stage", "after_fence_2")):
+                if a in by_label and b in by_label:
+                    attempt.fence_checks.append(dict(by_label[b].airflow - by_label[a].airflow))
+            result[start.try_number] = attempt
+        return result
+
+
+@dataclass
+class Scenario:
+    """What happens around the job in one run."""
+
+    objects: int = 1  # objects the job changes on each try (direct mode: staged on the staging branch)
+    objects_on_retry: int | None = None  # objects on try >= 2, when different
+    die_after_publishing: bool = False  # try 1 raises after verifying its publication (worker death)
+    leave_staging_behind: bool = False  # ...and its staging branch survives (a hard crash)
+    foreign_commit_during_job: bool = False
+    foreign_commit_before_run: bool = False
+    mark_stale_after_stage: str | None = None  # "failed" or "clear": the UI acts on the running try
+
+
+@dataclass
+class Run:
+    dag_run: Any
+    input_commit: str
+    target: str
+    attempts: dict[int, Attempt]
+    xcom: dict[str, Any]
+    published_before_death: list[str]
+    foreign: list[str]
+    marks: list[Mark]
+
+
+def run_publish(
+    server: LakeFSServer,
+    controls: Any,
+    api_calls: Counter[str],
+    dags: Any,
+    dag: Any,
+    input_commit: str,
+    scenario: Scenario,
+    job: dict[str, Any] | None = None,
+) -> Run:
+    """Run ``dag`` once on a fresh target branch at ``input_commit`` and measure every try."""
+    store = server.store
+    target = f"target-{uuid.uuid4().hex[:12]}"
+    store.create_branch(REPOSITORY, target, input_commit)
+    foreign: list[str] = []
+    if scenario.foreign_commit_before_run:
+        foreign.append(store.commit(REPOSITORY, target, "someone else", allow_empty=True).id)
+    probe = Probe(controls, api_calls)
+    published: list[str] = []
+
+    def points(name: str, *actions: Callable[[int], None]) -> None:
+        def callback() -> None:
+            try_number, _ = _current()
+            for action in actions:
+                action(try_number)
+            probe.mark(name, try_number)
+
+        failpoints.arm(name, callback)
+
+    def stage_job_output(try_number: int) -> None:
+        count = scenario.objects
+        if try_number > 1 and scenario.objects_on_retry is not None:
+            count = scenario.objects_on_retry
+        if count:
+            _, staging = _current()
+            blob = store.put_blob(io.BytesIO(f"try {try_number} of {target}".encode()))
+            _stage(server, staging, [f"out/part-{n:05d}" for n in range(count)], blob)
+
+    def race(try_number: int) -> None:
+        if scenario.foreign_commit_during_job:
+            foreign.append(store.commit(REPOSITORY, target, "racer", allow_empty=True).id)
+
+    def stale(try_number: int) -> None:
+        if scenario.mark_stale_after_stage == "clear":
+            update_ti(dag.dag_id, "publish", clear=True)
+        elif scenario.mark_stale_after_stage:
+            update_ti(dag.dag_id, "publish", state=scenario.mark_stale_after_stage)
+
+    def die(try_number: int) -> None:
+        if scenario.die_after_publishing and try_number == 1:
+            published.append(store.get_commit(REPOSITORY, target).id)
+            if scenario.leave_staging_behind:
+                # The dying worker never gets to delete its staging branch.
+                controls.add_fault("deleteBranch", status=503)
+            raise RuntimeError("worker died after publishing")
+
+    points("after_staging_branch", stage_job_output)
+    points("after_job", race)
+    points("after_fence_1")
+    points("after_stage", stale)
+    points("after_fence_2")
+    # Marked before acting, so the counts of a dying try are complete when the retry starts.
+    failpoints.arm("after_verify", lambda: die(_current()[0]))
+    dags.PROBE["try_start"] = lambda context: probe.mark("start", int(context["ti"].try_number))
+
+    controls.reset_counts()
+    api_calls.clear()
+    conf = {"repository": REPOSITORY, "target": target, "input_ref": input_commit, "job": job or {}}
+    dag_run = run_dag(dag, conf)
+    probe.mark("end", 0)
+    return Run(dag_run, input_commit, target, probe.attempts(), xcoms(dag_run, "publish"), published, foreign, probe.marks)
+
+
+def assert_contract(attempt: Attempt, decision: str) -> None:
+    """The lakeFS calls of ``attempt`` are exactly the contract's for ``decision``, within the limits."""
+    before, after = CONTRACT[decision]
+    assert (attempt.before, attempt.after) == (before, after)
+    assert attempt.total <= MAX_CALLS_PER_ATTEMPT
+    assert sum(attempt.after.values()) <= MAX_CALLS_AFTER_JOB
+
+
+def assert_fence_cost(attempt: Attempt, checks: int = 2) -> None:
+    """The attempt fence: one request to arm it, two per check."""
+    assert attempt.fence_arm == {"SetTaskStateStore": 1}
+    assert attempt.fence_checks == [FENCE_CHECK] * checks
+    assert all(sum(check.values()) <= MAX_API_CALLS_PER_CHECK for check in attempt.fence_checks)
+
+
+@pytest.fixture
+def measure(
+    server: LakeFSServer, lakefs_controls: Any, api_calls: Counter[str], dags: Any
+) -> Callable[..., Run]:
+    def measure_(dag: Any, input_commit: str, scenario: Scenario, job: dict[str, Any] | None = None) -> Run:
+        return run_publish(server, lakefs_controls, api_calls, dags, dag, input_commit, scenario, job)
+
+    return measure_
+
+
+def objects_on(server: LakeFSServer, ref: str, prefix: str = "out/") -> int:
+    """How many objects ``ref`` holds under ``prefix`` (read through the store: not counted)."""
+    total, after = 0, ""
+    while True:
+        page = server.store.list_objects(REPOSITORY, ref, prefix=prefix, after=after, delimiter="", limit=1000)
+        total += len(page.items)
+        if not page.has_more:
+            return total
+        after = page.items[-1][0]
+
+
+# -- the contract, decision by decision --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
+def test_merge(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+) -> None:
+    run = measure(dags.direct_dag, history[depth], Scenario(objects=objects))
+    assert run.dag_run.state == "success"
+    head = server.store.get_commit(REPOSITORY, run.target)
+    assert run.xcom["decision"] == "merge" and run.xcom["output_ref"] == head.id
+    assert head.parents == [run.input_commit, run.xcom["staged_commit"]]
+    assert objects_on(server, run.target) == objects
+    assert list(run.attempts) == [1]
+    assert_contract(run.attempts[1], "merge")
+    assert_fence_cost(run.attempts[1])
+
+
+@pytest.mark.parametrize("depth", [1, 100, 1000])
+def test_noop(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int
+) -> None:
+    run = measure(dags.direct_dag, history[depth], Scenario(objects=0))
+    assert run.dag_run.state == "success"
+    assert run.xcom["decision"] == "noop" and run.xcom["output_ref"] == run.input_commit
+    assert server.store.get_commit(REPOSITORY, run.target).id == run.input_commit
+    assert_contract(run.attempts[1], "noop")
+    assert_fence_cost(run.attempts[1])
+
+
+@pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
+def test_replace(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+) -> None:
+    run = measure(dags.direct_retry_dag, history[depth], Scenario(objects=objects, die_after_publishing=True))
+    assert run.dag_run.state == "success"
+    assert list(run.attempts) == [1, 2]
+    abandoned = server.store.get_commit(REPOSITORY, run.published_before_death[0])
+    assert decode_metadata(abandoned.metadata).attempt.try_number == 1  # type: ignore[union-attr]
+    head = server.store.get_commit(REPOSITORY, run.target)
+    assert run.xcom["decision"] == "replace"
+    assert head.id == run.xcom["output_ref"] == run.xcom["staged_commit"]
+    assert head.parents == [run.input_commit]
+    assert objects_on(server, run.target) == objects
+    assert_contract(run.attempts[1], "merge")  # the try that died had merged
+    assert_contract(run.attempts[2], "replace")
+    assert_fence_cost(run.attempts[2])
+
+
+@pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
+def test_relocate(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+) -> None:
+    scenario = Scenario(objects=objects, objects_on_retry=0, die_after_publishing=True)
+    run = measure(dags.direct_retry_dag, history[depth], scenario)
+    assert run.dag_run.state == "success"
+    assert run.xcom["decision"] == "relocate"
+    assert server.store.get_commit(REPOSITORY, run.target).id == run.xcom["output_ref"] == run.input_commit
+    assert run.published_before_death and run.published_before_death[0] != run.input_commit
+    assert objects_on(server, run.target) == 0
+    assert_contract(run.attempts[1], "merge")
+    assert_contract(run.attempts[2], "relocate")
+    assert_fence_cost(run.attempts[2])
+
+
+@pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
+def test_fail_closed(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+) -> None:
+    run = measure(dags.direct_dag, history[depth], Scenario(objects=objects, foreign_commit_during_job=True))
+    assert run.dag_run.state == "failed"
+    error = dags.FAILURES[("lf_cost_direct", 1)]
+    assert type(error) is PublishFenceError
+    assert server.store.get_commit(REPOSITORY, run.target).id == run.foreign[0]
+    evidence = server.store.get_commit(REPOSITORY, error.staging_branch)
+    assert evidence.parents == [run.input_commit]
+    assert objects_on(server, error.staging_branch) == objects
+    assert_contract(run.attempts[1], "fail_closed")
+    assert_fence_cost(run.attempts[1])
+
+
+@pytest.mark.parametrize("depth", [1, 1000])
+def test_fail_closed_before_the_job(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int
+) -> None:
+    run = measure(dags.direct_dag, history[depth], Scenario(foreign_commit_before_run=True))
+    assert run.dag_run.state == "failed"
+    assert isinstance(dags.FAILURES[("lf_cost_direct", 1)], PublishFenceError)
+    assert server.store.get_commit(REPOSITORY, run.target).id == run.foreign[0]
+    assert_contract(run.attempts[1], "fail_closed_before_job")
+    assert run.attempts[1].fence_arm == {"SetTaskStateStore": 1} and run.attempts[1].fence_checks == []
+
+
+# -- what configuration adds -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("objects", [1, 10_000])
+def test_output_prefixes_add_one_diff_per_prefix_level(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, objects: int
+) -> None:
+    """Direct mode with ``output_prefixes=["out/"]``: one uncommitted-diff listing, whatever the volume.
+
+    This is one call over the ≤ 5 after the job (see docs/performance.md).
+    """
+    run = measure(dags.direct_prefixes_dag, history[1000], Scenario(objects=objects))
+    assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
+    assert objects_on(server, run.target) == objects
+    before, after = CONTRACT["merge"]
+    assert run.attempts[1].before == before
+    assert run.attempts[1].after == {**after, "diffBranch": 1}
+    assert run.attempts[1].total == MAX_CALLS_PER_ATTEMPT
+
+
+def test_workspace_mode_adds_one_upload_per_file(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any
+) -> None:
+    job = {"generate": {"prefix": "out/", "count": 100, "size": 16}}
+    run = measure(dags.workspace_dag, history[1000], Scenario(objects=0), job)
+    assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
+    assert objects_on(server, run.target) == 100
+    before, after = CONTRACT["merge"]
+    assert run.attempts[1].before == before
+    assert run.attempts[1].after == {**after, "uploadObject": 100}
+
+
+def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
+    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any
+) -> None:
+    """A worker killed after publishing leaves its staging branch: the retry deletes it (+1 call).
+
+    This row exceeds the 8-call target by one per leftover branch (docs/performance.md).
+    """
+    scenario = Scenario(objects=1, die_after_publishing=True, leave_staging_behind=True)
+    run = measure(dags.direct_retry_dag, history[1000], scenario)
+    assert run.dag_run.state == "success" and run.xcom["decision"] == "replace"
+    before, after = CONTRACT["replace"]
+    assert run.attempts[2].before == {**before, "deleteBranch": 1}
+    assert run.attempts[2].after == after
+    assert run.attempts[2].total == MAX_CALLS_PER_ATTEMPT + 1
+    key = PublicationKey(run.dag_run.dag_id, run.dag_run.run_id, "publish", -1)
+    left, _ = server.store.list_refs(REPOSITORY, "branches", staging_branch_prefix(key), "", 100)
+    assert left == []  # the dead try's branch is gone, and so is the retry's own
+
+
+# -- the attempt fence -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("action", "requests", "reason"), [("failed", 2, "state is 'failed'"), ("clear", 1, "no longer live")])
+def test_a_stale_answer_costs_at_most_two_api_calls(
+    measure: Callable[..., Run],
+    server: LakeFSServer,
+    history: dict[int, str],
+    dags: Any,
+    action: str,
+    requests: int,
+    reason: str,
+) -> None:
+    run = measure(dags.direct_dag, history[1], Scenario(mark_stale_after_stage=action))
+    error = dags.FAILURES.get(("lf_cost_direct", 1))
+    assert isinstance(error, StaleAttemptError) and reason in str(error)
+    assert server.store.get_commit(REPOSITORY, run.target).id == run.input_commit
+    attempt = run.attempts[1]
+    assert attempt.fence_checks == [FENCE_CHECK]  # before stage: still current
+    # The second check answered "stale" and raised before its mark: count up to the end of the try.
+    stage_mark = next(m for m in run.marks if m.label == "after_stage")
+    second = {k: v for k, v in (run.marks[-1].airflow - stage_mark.airflow).items() if k in FENCE_MESSAGES}
+    assert sum(second.values()) == requests <= MAX_API_CALLS_PER_CHECK
+    assert not {"mergeIntoBranch", "hardResetBranch"} & set(attempt.after)

@@ -1,0 +1,105 @@
+"""lakefs:// asset URIs, asset-event extras, link URLs and OpenLineage datasets."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+
+from airflow_lakefence.assets import create_asset, event_extra, parse_uri, sanitize_uri
+from airflow_lakefence.links import branch_url, commit_url
+from airflow_lakefence.lineage import namespace, operator_lineage
+
+
+@pytest.mark.parametrize(
+    ("uri", "normalised"),
+    [
+        ("lakefs://repo/main", "lakefs://repo/main"),
+        ("lakefs://repo/main/", "lakefs://repo/main"),
+        ("lakefs://repo/main/tables/daily/", "lakefs://repo/main/tables/daily"),
+        ("lakefs://repo/main//tables///daily", "lakefs://repo/main/tables/daily"),
+        ("lakefs://my-repo-01/feature_x/a%20b", "lakefs://my-repo-01/feature_x/a b"),
+    ],
+)
+def test_valid_uris_are_normalised(uri: str, normalised: str) -> None:
+    assert urllib.parse.urlunsplit(sanitize_uri(urllib.parse.urlsplit(uri))) == normalised
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "lakefs://repo",
+        "lakefs://repo/",
+        "lakefs://Repo/main",
+        "lakefs://ab/main",
+        "lakefs://repo/bad branch/x",
+        "lakefs://repo/-main",
+        "lakefs://repo/main/../secret",
+        "lakefs://repo/main?x=1",
+        "lakefs://repo/main#frag",
+        "lakefs://user:pw@repo/main",
+        "lakefs://repo:8000/main",
+        "s3://repo/main",
+    ],
+)
+def test_invalid_uris_are_rejected(uri: str) -> None:
+    with pytest.raises(ValueError):
+        sanitize_uri(urllib.parse.urlsplit(uri))
+
+
+def test_parse_and_create() -> None:
+    assert parse_uri("lakefs://repo/main/tables/daily/") == ("repo", "main", "tables/daily")
+    assert parse_uri("lakefs://repo/main") == ("repo", "main", "")
+    asset = create_asset(repository="repo", branch="main", prefix="/tables/daily/")
+    assert asset.uri == "lakefs://repo/main/tables/daily"
+    with pytest.raises(ValueError):
+        create_asset(repository="r", branch="main")
+
+
+def test_event_extra_names_the_exact_commit() -> None:
+    extra = event_extra(
+        repository="repo",
+        output_ref="o" * 64,
+        input_ref="i" * 64,
+        staged_commit="s" * 64,
+        decision="merge",
+        prefix="t/d",
+    )
+    assert extra["commit_uri"] == f"lakefs://repo/{'o' * 64}/t/d"
+    assert extra["input_ref"] == "i" * 64 and extra["decision"] == "merge"
+
+
+def test_link_urls() -> None:
+    assert commit_url("http://ui:8000", "repo", "abc") == "http://ui:8000/repositories/repo/commits/abc"
+    assert (
+        branch_url("http://ui:8000", "repo", "lakefence-x")
+        == "http://ui:8000/repositories/repo/objects?ref=lakefence-x"
+    )
+
+
+def test_openlineage_datasets() -> None:
+    pytest.importorskip("airflow.providers.openlineage")
+    assert namespace("https://lakefs.example.com:8443/api/v1") == "lakefs://lakefs.example.com:8443"
+    lineage = operator_lineage(
+        endpoint="http://127.0.0.1:8000",
+        repository="repo",
+        input_ref="main",
+        input_commit="i" * 64,
+        target_branch="main",
+        output_prefixes=["tables/a/", "tables/b"],
+        output_commit="o" * 64,
+    )
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("lakefs://127.0.0.1:8000", "repo/main")]
+    assert lineage.inputs[0].facets["version"].datasetVersion == "i" * 64
+    assert [d.name for d in lineage.outputs] == ["repo/main/tables/a", "repo/main/tables/b"]
+    assert {d.facets["version"].datasetVersion for d in lineage.outputs} == {"o" * 64}
+    nothing = operator_lineage(
+        endpoint="http://h",
+        repository="repo",
+        input_ref="main",
+        input_commit=None,
+        target_branch="main",
+        output_prefixes=[],
+        output_commit=None,
+    )
+    assert nothing.outputs == [] and nothing.inputs[0].facets == {}
