@@ -14,6 +14,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "FencedSparkPublishOperator": "airflow_lakefence.operators.fenced_spark",
     "LakeFSResolveRefOperator": "airflow_lakefence.operators.resolve_ref",
+    "LakeFSStagingCleanupOperator": "airflow_lakefence.operators.cleanup",
+    "AbandonedPublicationSensor": "airflow_lakefence.sensors.abandoned",
+    "LakeFSCommitSensor": "airflow_lakefence.sensors.lakefs",
+    "LakeFSFileSensor": "airflow_lakefence.sensors.lakefs",
     "LakeFSHook": "airflow_lakefence.hooks.lakefs",
     "LakeFenceError": "airflow_lakefence.exceptions",
     "StaleAttemptError": "airflow_lakefence.exceptions",
@@ -51,12 +55,18 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_lakefence.operators.fenced_spark",
                     "airflow_lakefence.operators.resolve_ref",
+                    "airflow_lakefence.operators.cleanup",
                 ],
             }
         ],
         "hooks": [{"integration-name": "lakeFS", "python-modules": ["airflow_lakefence.hooks.lakefs"]}],
-        "sensors": [],
-        "triggers": [],
+        "sensors": [
+            {
+                "integration-name": "lakeFS",
+                "python-modules": ["airflow_lakefence.sensors.abandoned", "airflow_lakefence.sensors.lakefs"],
+            }
+        ],
+        "triggers": [{"integration-name": "lakeFS", "python-modules": ["airflow_lakefence.triggers.lakefs"]}],
         "connection-types": [
             {
                 "connection-type": "lakefs",
@@ -83,7 +93,23 @@ def get_provider_info() -> dict[str, Any]:
                         "label": "lakeFS UI base URL",
                         "schema": {"type": ["string", "null"]},
                     },
+                    "timeout": {
+                        "label": "Request timeout (s, or [connect, read])",
+                        "schema": {"type": ["number", "array", "string", "null"]},
+                    },
                 },
+            }
+        ],
+        "extra-links": [
+            "airflow_lakefence.links.LakeFSCommitLink",
+            "airflow_lakefence.links.LakeFSStagingLink",
+            "airflow_lakefence.links.LakeFSSensorCommitLink",
+        ],
+        "asset-uris": [
+            {
+                "schemes": ["lakefs"],
+                "handler": "airflow_lakefence.assets.sanitize_uri",
+                "factory": "airflow_lakefence.assets.create_asset",
             }
         ],
     }

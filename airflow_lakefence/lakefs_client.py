@@ -61,6 +61,7 @@ _STATUS_TO_ERROR: dict[int, type[LakeFSError]] = {
 # Transport failures below the SDK: no HTTP response arrived.
 _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
 _CAUGHT: tuple[type[Exception], ...] = (LakeFSException, OpenApiException, *_TRANSPORT_ERRORS)
+_TRANSPORT_RETRIES = urllib3.Retry(total=None, connect=2, read=0, redirect=3, status=0, other=0, raise_on_status=False)
 
 
 def _error_message(exc: LakeFSException) -> str:
@@ -215,12 +216,19 @@ class LakeFSClient:
     @cached_property
     def sdk(self) -> lakefs.Client:
         """The underlying high-level SDK client."""
-        return lakefs.Client(  # type: ignore[no-untyped-call]
+        client = lakefs.Client(  # type: ignore[no-untyped-call]
             host=self.endpoint,
             username=self._access_key_id,
             password=self._secret_access_key,
             verify_ssl=self._verify_ssl,
         )
+        # urllib3's default policy re-sends PUT and DELETE (hard_reset, delete_branch) after a lost
+        # answer, and GETs three times per attempt: below this adapter only a connection attempt,
+        # which sends nothing, may be retried; _call decides about everything else.
+        pool_manager = client.sdk_client.objects_api.api_client.rest_client.pool_manager
+        pool_manager.connection_pool_kw["retries"] = _TRANSPORT_RETRIES
+        pool_manager.clear()
+        return client
 
     @property
     def _api(self) -> Any:

@@ -21,10 +21,10 @@ def namespace(endpoint: str) -> str:
 
 
 def _dataset(ns: str, name: str, version: str | None) -> Any:
-    from openlineage.client.generated.base import Dataset
+    from openlineage.client.generated.base import Dataset, DatasetFacet
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
 
-    facets = {"version": DatasetVersionDatasetFacet(datasetVersion=version)} if version else {}
+    facets: dict[str, DatasetFacet] = {"version": DatasetVersionDatasetFacet(datasetVersion=version)} if version else {}
     return Dataset(namespace=ns, name=name, facets=facets)
 
 

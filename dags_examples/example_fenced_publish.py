@@ -15,13 +15,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 TARGET = "main"
 OUTPUT_PREFIX = "tables/daily_counts/"
+# Downstream DAGs scheduled on this Asset get an event per publication, with the exact commit.
+DAILY_COUNTS = Asset(f"lakefs://{REPOSITORY}/{TARGET}/{OUTPUT_PREFIX}")
 
 with DAG(
     "lakefence_example_daily_counts",
@@ -30,8 +33,15 @@ with DAG(
     catchup=False,
     tags=["lakefence", "example"],
 ) as dag:
-    # Pin the input once per run: every retry of the fenced task builds on the same commit.
-    resolve_input = LakeFSResolveRefOperator(task_id="resolve_input", repository=REPOSITORY, ref=TARGET)
+    # Pin the input once per run: every retry of the fenced task builds on the same commit. Runs
+    # resolve one after another (backfills too), each after the previous run published.
+    resolve_input = LakeFSResolveRefOperator(
+        task_id="resolve_input",
+        repository=REPOSITORY,
+        ref=TARGET,
+        depends_on_past=True,
+        wait_for_downstream=True,
+    )
 
     publish = FencedSparkPublishOperator(
         task_id="daily_counts",
@@ -44,6 +54,8 @@ with DAG(
         output_prefixes=[OUTPUT_PREFIX],
         commit_message="daily counts for {{ ds }}",
         commit_metadata={"pipeline": "daily_counts"},
+        outlets=[DAILY_COUNTS],
+        depends_on_past=True,
         # One writer per target branch: a 1-slot pool per target and one active try per DAG.
         pool=f"lakefs_{REPOSITORY}_{TARGET}",
         max_active_tis_per_dag=1,
@@ -81,5 +93,17 @@ with DAG(
         print(f"published commit {output_ref}: {len(counts)} days, {sum(counts.values())} events")
         return counts
 
-    report(publish.output)
+    # Readers wait until main is settled: its HEAD is not a publication whose try died (or is
+    # still completing) before Airflow recorded its success. See docs/abandoned-publications.md.
+    main_settled = AbandonedPublicationSensor(
+        task_id="main_settled",
+        repository=REPOSITORY,
+        branch=TARGET,
+        condition="settled",
+        mode="reschedule",
+        poke_interval=30,
+        timeout=timedelta(hours=1),
+    )
+
+    publish >> main_settled >> report(publish.output)
 # [END lakefence_example]

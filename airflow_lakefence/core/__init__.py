@@ -5,6 +5,8 @@ plain functions over plain values, tested exhaustively on their own. The adapter
 turn Airflow and lakeFS state into these values and act on the answers.
 """
 
+from airflow_lakefence.core.abandoned import Judgement, PublisherScope, PublisherState, Verdict, judge
+from airflow_lakefence.core.cleanup import CleanupDecision, evidence_metadata, plan_cleanup
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import (
@@ -25,14 +27,22 @@ __all__ = [
     "ROLE_STAGE",
     "Action",
     "AttemptId",
+    "CleanupDecision",
     "FenceDecision",
     "HeadState",
+    "Judgement",
     "LakefenceRecord",
     "PublicationKey",
+    "PublisherScope",
+    "PublisherState",
+    "Verdict",
     "decide_publish",
     "decode_metadata",
     "encode_metadata",
+    "evidence_metadata",
     "is_valid_branch_name",
+    "judge",
+    "plan_cleanup",
     "staging_branch_name",
     "staging_branch_prefix",
 ]

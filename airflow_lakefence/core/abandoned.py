@@ -62,6 +62,11 @@ class Verdict(enum.StrEnum):
 #: Verdicts under which a downstream reader may read HEAD (settled mode passes).
 READABLE = frozenset({Verdict.NOT_A_PUBLICATION, Verdict.OUT_OF_SCOPE, Verdict.SETTLED})
 
+DETECT = "detect"
+SETTLED_CONDITION = "settled"
+#: What a sensor waits for: ``detect`` an abandoned publication, or HEAD ``settled`` for readers.
+CONDITIONS = (DETECT, SETTLED_CONDITION)
+
 
 @dataclass(frozen=True)
 class PublisherScope:
@@ -173,7 +178,9 @@ def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judg
     """
     record = decode_metadata(head.metadata)
     if record is None:
-        return Judgement(Verdict.NOT_A_PUBLICATION, f"HEAD {head.commit_id} carries no lakefence record", head.commit_id)
+        return Judgement(
+            Verdict.NOT_A_PUBLICATION, f"HEAD {head.commit_id} carries no lakefence record", head.commit_id
+        )
     if scope is not None and not scope.covers(record.attempt.key):
         return Judgement(
             Verdict.OUT_OF_SCOPE,
@@ -292,3 +299,21 @@ def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -
         return verdict(Verdict.ABANDONED, f"its task instance is {state}")
     # A state this version does not know (a newer Airflow's): never raise a false alarm on it.
     return verdict(Verdict.IN_FLIGHT, f"its task instance is in state {state!r}, which is not judged here")
+
+
+def condition_met(condition: str, judgement: Judgement, ignore_repairs_underway: bool = False) -> bool:
+    """Whether a judgement satisfies a sensor's condition.
+
+    :param condition: ``detect`` (HEAD is abandoned) or ``settled`` (HEAD may be read).
+    :param judgement: the judgement of HEAD.
+    :param ignore_repairs_underway: in ``detect``, an abandoned HEAD that Airflow is already
+        retrying (retry pending, or a newer try running) does not count.
+    :raises ValueError: for an unknown condition.
+    """
+    if condition == SETTLED_CONDITION:
+        return judgement.readable
+    if condition != DETECT:
+        raise ValueError(f"condition must be one of {CONDITIONS}, got {condition!r}")
+    if judgement.verdict is not Verdict.ABANDONED:
+        return False
+    return not (ignore_repairs_underway and judgement.repair_underway)

@@ -25,13 +25,31 @@ def _as_bool(value: Any, name: str) -> bool:
     raise InvalidInputError(f"lakeFS connection extra {name!r} must be a boolean, got {value!r}")
 
 
+def _as_timeout(value: Any) -> tuple[float, float] | None:
+    """``timeout`` extra: read seconds, or ``[connect, read]`` seconds; ``None`` keeps the default."""
+    if value is None or value == "":
+        return None
+    parts = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    try:
+        connect, read = (float(part) for part in parts)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"lakeFS connection extra 'timeout' must be seconds or [connect, read] seconds, got {value!r}"
+        ) from None
+    if not (connect > 0 and read > 0):
+        raise InvalidInputError(f"lakeFS connection extra 'timeout' must be positive, got {value!r}")
+    return connect, read
+
+
 class LakeFSHook(BaseHook):
     """Interact with lakeFS through an Airflow connection.
 
     The connection (type ``lakefs``) holds the endpoint in *host* (``http(s)://host:port``, with or
     without ``/api/v1``), the access key id in *login*, the secret access key in *password*, and in
-    *extra* ``verify_ssl`` (default true) and ``ui_base_url`` (for links). Nothing is fetched or
-    built until the client is first used.
+    *extra* ``verify_ssl`` (default true), ``ui_base_url`` (for links) and ``timeout`` (seconds
+    each request may take: a number, or ``[connect, read]``; default ``[10, 120]``; a read past it
+    is retried, a write's outcome is re-read). Nothing is fetched or built until the client is
+    first used.
 
     :param lakefs_conn_id: the Airflow connection id.
     """
@@ -47,7 +65,7 @@ class LakeFSHook(BaseHook):
 
     @cached_property
     def settings(self) -> dict[str, Any]:
-        """The validated connection settings (endpoint, verify_ssl, ui_base_url); no secret.
+        """The validated connection settings (endpoint, verify_ssl, ui_base_url, timeout); no secret.
 
         :raises InvalidInputError: if the connection is missing or malformed.
         """
@@ -70,6 +88,7 @@ class LakeFSHook(BaseHook):
             "endpoint": host.rstrip("/").removesuffix("/api/v1"),
             "verify_ssl": _as_bool(extra.get("verify_ssl", True), "verify_ssl"),
             "ui_base_url": (extra.get("ui_base_url") or host).rstrip("/").removesuffix("/api/v1"),
+            "timeout": _as_timeout(extra.get("timeout")),
         }
 
     @cached_property
@@ -85,11 +104,13 @@ class LakeFSHook(BaseHook):
     def client(self) -> LakeFSClient:
         """The lakeFS client adapter (one per hook, built on first use)."""
         settings = self.settings
+        timeout = {} if settings["timeout"] is None else {"timeout": settings["timeout"]}
         return LakeFSClient(
             settings["endpoint"],
             self._connection.login,
             self._connection.password,
             verify_ssl=settings["verify_ssl"],
+            **timeout,
         )
 
     def get_conn(self) -> LakeFSClient:

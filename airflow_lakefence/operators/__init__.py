@@ -1,6 +1,7 @@
 """Operators of airflow-lakefence."""
 
+from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator
 from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
 from airflow_lakefence.operators.resolve_ref import LakeFSResolveRefOperator
 
-__all__ = ["FencedSparkPublishOperator", "LakeFSResolveRefOperator"]
+__all__ = ["FencedSparkPublishOperator", "LakeFSResolveRefOperator", "LakeFSStagingCleanupOperator"]

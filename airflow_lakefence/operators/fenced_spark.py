@@ -5,21 +5,25 @@ The steps follow the protocol (docs/protocol.md) one to one; the numbers in comm
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook
+from airflow.sdk import Asset, AssetAlias, BaseHook
 
+from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence import failpoints
 from airflow_lakefence.attempt import AttemptFence, attempt_from_context
+from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import (
@@ -40,6 +44,7 @@ from airflow_lakefence.exceptions import (
     InputRefError,
     InvalidInputError,
     LakeFenceError,
+    LakeFSBadRequestError,
     LakeFSConflictError,
     LakeFSNotFoundError,
     LakeFSUnavailableError,
@@ -53,6 +58,7 @@ from airflow_lakefence.exceptions import (
 )
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import CommitInfo, LakeFSClient
+from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink
 
 WRITE_MODES = ("direct", "workspace")
 DECISION_READ_ONLY = "read_only"
@@ -139,6 +145,7 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
         "commit_metadata",
     )
     ui_color = "#4dd0c5"
+    operator_extra_links = (LakeFSCommitLink(), LakeFSStagingLink())
 
     def __init__(
         self,
@@ -174,6 +181,7 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
         self.publish_budget = _seconds(publish_budget, "publish_budget")
+        _seconds(stale_grace_period, "stale_grace_period")
         timeout = _seconds(self.execution_timeout, "execution_timeout")
         if self.publish_budget is not None and timeout is not None and self.publish_budget >= timeout:
             raise PublishBudgetError(
@@ -195,6 +203,19 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
         self.stale_grace_period = stale_grace_period
         self._fence: AttemptFence | None = None
         self._deleted_staging: set[str] = set()
+        self._outcome: dict[str, Any] = {}
+        self._lakefs_outlets, self._asset_alias = self._take_lakefs_outlets()
+
+    def _take_lakefs_outlets(self) -> tuple[list[Asset], AssetAlias | None]:
+        # Airflow emits an event for every declared outlet when the task succeeds, published or
+        # not. lakefs:// outlets are therefore emitted through an alias, and only on publication.
+        lakefs = [o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")]
+        if not lakefs:
+            return [], None
+        digest = hashlib.sha256(repr((self.dag_id, self.task_id, sorted(a.uri for a in lakefs))).encode()).hexdigest()
+        alias = AssetAlias(name=f"lakefence-{self.task_id}-{digest[:12]}")
+        self.outlets = [o for o in self.outlets if o not in lakefs] + [alias]
+        return lakefs, alias
 
     @cached_property
     def lakefs_hook(self) -> LakeFSHook:
@@ -227,6 +248,12 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
             raise InvalidInputError(
                 f"Spark connection {self._conn_id!r} is not defined (the provider would silently use yarn)"
             ) from exc
+        for asset in self._lakefs_outlets:
+            repository, branch, _prefix = lakefs_assets.parse_uri(asset.uri)
+            if (repository, branch) != (self.repository, self.target_branch):
+                raise InvalidInputError(
+                    f"outlet {asset.uri!r} is not on the target {self.repository}/{self.target_branch}"
+                )
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
         return prefixes
 
@@ -253,10 +280,9 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
         target_head = self._get_target_head(client)  # step 1: repository and target exist
         fence.arm()  # step 2
         staging = staging_branch_name(attempt, self.staging_branch_prefix)
-        try:
-            input_commit = client.create_branch(repo, staging, self.input_ref, hidden=True)  # step 3
-        except LakeFSNotFoundError as exc:
-            raise InputRefError(f"input_ref {self.input_ref!r} not found in repository {repo!r}") from exc
+        input_commit = self._create_staging(client, staging)  # step 3
+        # Pushed now so the "lakeFS staging" link works for a try that fails closed.
+        context["ti"].xcom_push(key="staging_branch", value=staging)
         keep_staging = False
         try:
             early = decide_publish(target_head, input_commit, attempt, True, input_commit)
@@ -265,23 +291,27 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
             self._remove_earlier_staging(client, attempt, staging)
             failpoints.hit("after_staging_branch")
             with self._workspace(staging) as workspace:
-                self._run_spark(context, staging=staging, input_commit=input_commit, workspace=workspace)
+                with self._stale_first(fence, "after the Spark job failed", client, staging):
+                    self._run_spark(context, staging=staging, input_commit=input_commit, workspace=workspace)
                 failpoints.hit("after_job")
                 if workspace is not None:
                     files = self._collect_workspace(workspace, prefixes)
                 self._check_fence(fence, "before stage", client, staging)  # step 6
                 failpoints.hit("after_fence_1")
                 if workspace is not None:
-                    self._upload(client, staging, files)
+                    with self._stale_first(fence, "while uploading", client, staging):
+                        self._upload(client, staging, files)
                 elif prefixes:
-                    outside = client.paths_outside(repo, staging, prefixes)
+                    with self._stale_first(fence, "while checking the output", client, staging):
+                        outside = client.paths_outside(repo, staging, prefixes)
                     if outside:
                         keep_staging = True
                         raise OutputPrefixError(
                             f"the job wrote outside output_prefixes {list(prefixes)}: {outside}",
                             staging_branch=staging,
                         )
-            staged = self._stage(client, attempt, staging, input_commit)  # step 7
+            with self._stale_first(fence, "while staging", client, staging):
+                staged = self._stage(client, attempt, staging, input_commit)  # step 7
             failpoints.hit("after_stage")
             self._check_fence(fence, "before publish", client, staging)  # step 8
             failpoints.hit("after_fence_2")
@@ -292,9 +322,17 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                 keep_staging = True
                 raise
             failpoints.hit("after_verify")
+            # A try cleared after publishing must not overwrite the new try's XCom: its publication
+            # is an abandoned one, which the new try replaces.
+            self._check_fence(fence, "before reporting", client, staging)
             result = self._report(context, output_ref, staged.id, decision.action.value, input_commit, staging)  # 12
+            self._emit_asset_events(context, decision.action.value, output_ref, input_commit, staged.id)
             failpoints.hit("after_xcom")
             return result
+        except PublishFenceError as exc:
+            if keep_staging:
+                self._mark_evidence(client, attempt, staging, input_commit, exc)
+            raise
         finally:
             if not keep_staging:
                 self._delete_quietly(client, staging)
@@ -320,9 +358,54 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
             return
         prefix = staging_branch_prefix(attempt.key, self.staging_branch_prefix)
         for name, _commit in client.list_branches(self.repository, prefix, show_hidden=True):
-            if name != staging:
-                client.delete_branch(self.repository, name)
-                self.log.info("Removed staging branch %s of an earlier try", name)
+            if name == staging:
+                continue
+            # Leftovers exist only after a crash or a fail-closed try: one read spares the evidence.
+            if evidence_of(client.get_commit(self.repository, name).metadata):
+                self.log.info("Keeping staging branch %s of an earlier try: evidence of a fence violation", name)
+                continue
+            client.delete_branch(self.repository, name)
+            self.log.info("Removed staging branch %s of an earlier try", name)
+
+    def _create_staging(self, client: LakeFSClient, staging: str) -> str:
+        """Create the staging branch from the input ref; return the commit it resolved to.
+
+        A lost answer is not repeated blindly: the branch, whose name is unique to this attempt,
+        tells whether the creation landed (and from which commit).
+        """
+        last_error: LakeFSUnavailableError | None = None
+        for _ in range(_PUBLISH_ROUNDS):
+            try:
+                return client.create_branch(self.repository, staging, self.input_ref, hidden=True)
+            except LakeFSNotFoundError as exc:
+                raise InputRefError(
+                    f"input_ref {self.input_ref!r} not found in repository {self.repository!r}"
+                ) from exc
+            except LakeFSConflictError:
+                if last_error is None:
+                    raise
+            except LakeFSUnavailableError as exc:
+                last_error = exc
+            try:
+                return client.get_commit(self.repository, staging).id
+            except LakeFSNotFoundError:
+                continue
+        assert last_error is not None
+        self._delete_quietly(client, staging)  # in case a creation lands late
+        raise last_error
+
+    @contextmanager
+    def _stale_first(self, fence: AttemptFence, where: str, client: LakeFSClient, staging: str) -> Iterator[None]:
+        """Report a failure on the staging branch as staleness when the attempt is stale.
+
+        A newer try deletes the staging branches of earlier tries, so a stale attempt's job, upload
+        or commit fails on its vanished branch: that is a StaleAttemptError, not a lakeFS error.
+        """
+        try:
+            yield
+        except (SparkJobError, LakeFSNotFoundError):
+            self._check_fence(fence, where, client, staging)
+            raise
 
     def _check_fence(self, fence: AttemptFence, where: str, client: LakeFSClient, staging: str) -> None:
         reason = fence.stale_reason()
@@ -448,11 +531,13 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
         record = LakefenceRecord(attempt, ROLE_STAGE, input_commit)
         metadata = {**check_user_metadata(self.commit_metadata), **encode_metadata(record)}
         message = self.commit_message or f"lakefence: stage {attempt.key.task_id} try {attempt.try_number}"
+        last_error: LakeFSUnavailableError | None = None
         for _ in range(_PUBLISH_ROUNDS):
             try:
                 staged = client.commit(self.repository, staging, message, metadata)
-            except LakeFSUnavailableError:
+            except LakeFSUnavailableError as exc:
                 # The answer was lost: the staging branch's HEAD tells whether the commit happened.
+                last_error = exc
                 head = client.get_commit(self.repository, staging)
                 if decode_metadata(head.metadata) == record:
                     return head
@@ -460,7 +545,11 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                     raise
                 continue
             return staged if staged is not None else CommitInfo(id=input_commit)  # nothing changed: C = I
-        raise LakeFSUnavailableError(f"staging commit on {staging!r} could not be confirmed", operation="commit")
+        raise LakeFSUnavailableError(
+            f"staging commit on {staging!r} could not be confirmed: {last_error}",
+            status=None if last_error is None else last_error.status,
+            operation="commit",
+        ) from last_error
 
     # -- steps 10 and 11: publish fence, act, verify -----------------------------------------
 
@@ -491,6 +580,13 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                             f"merge into {target!r} conflicted: another writer raced the publish",
                             staging_branch=staging,
                         ) from exc
+                    except LakeFSBadRequestError as exc:
+                        if "dirty" not in str(exc).lower():
+                            raise
+                        raise PublishRaceError(
+                            f"{target!r} has uncommitted changes: another writer is active on it; nothing merged",
+                            staging_branch=staging,
+                        ) from exc
                     failpoints.hit("after_publish_action")
                     merged = client.get_commit(repo, merge_ref)
                     if merged.parents[:1] != (input_commit,):
@@ -504,10 +600,12 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
                     assert decision.output_ref is not None
                     client.hard_reset(repo, target, decision.output_ref)
                     failpoints.hit("after_publish_action")
-                    now = client.get_commit(repo, target).id
-                    if now != decision.output_ref:
+                    now = client.get_commit(repo, target)
+                    # A commit whose first parent is what was set came after the reset: not a race.
+                    on_top = HeadState(now.id, now.parents, now.metadata, now.version).first_parent
+                    if decision.output_ref not in (now.id, on_top):
                         raise PublishRaceError(
-                            f"after resetting {target!r} to {decision.output_ref} its HEAD is {now}: another "
+                            f"after resetting {target!r} to {decision.output_ref} its HEAD is {now.id}: another "
                             "writer raced the publish; left as is",
                             staging_branch=staging,
                         )
@@ -537,8 +635,67 @@ class FencedSparkPublishOperator(SparkSubmitOperator):
             ("output_ref", output_ref),
         ):
             ti.xcom_push(key=key, value=value)
+        self._outcome = {"output_ref": output_ref, "input_ref": input_commit, "decision": decision}
         self.log.info("lakefence %s: output ref %s", decision, output_ref)
         return output_ref
+
+    def _emit_asset_events(
+        self, context: Any, decision: str, output_ref: str, input_commit: str, staged: str | None
+    ) -> None:
+        if self._asset_alias is None or decision not in lakefs_assets.PUBLISHING_DECISIONS:
+            return
+        events = context["outlet_events"][self._asset_alias]
+        for asset in self._lakefs_outlets:
+            _repository, _branch, prefix = lakefs_assets.parse_uri(asset.uri)
+            extra = lakefs_assets.event_extra(
+                repository=self.repository,
+                output_ref=output_ref,
+                input_ref=input_commit,
+                staged_commit=staged,
+                decision=decision,
+                prefix=prefix,
+            )
+            events.add(asset, extra=extra)
+
+    # -- OpenLineage (used when apache-airflow-providers-openlineage is installed) -----------
+
+    def _lineage(self, input_commit: str | None, output_commit: str | None) -> Any:
+        from airflow_lakefence.lineage import operator_lineage
+
+        return operator_lineage(
+            endpoint=self.lakefs_hook.endpoint,
+            repository=self.repository,
+            input_ref=self.input_ref,
+            input_commit=input_commit,
+            target_branch=self.target_branch,
+            output_prefixes=_normalise_prefixes(self.output_prefixes),
+            output_commit=output_commit,
+        )
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Lineage before running: the input as given; no output yet."""
+        return self._lineage(None, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Lineage of the finished try: the input commit read and, if it published, the output commit.
+
+        :param task_instance: the task instance (unused: the try's own outcome is kept in memory).
+        """
+        published = self._outcome.get("decision") in lakefs_assets.PUBLISHING_DECISIONS
+        return self._lineage(self._outcome.get("input_ref"), self._outcome.get("output_ref") if published else None)
+
+    def _mark_evidence(
+        self, client: LakeFSClient, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError
+    ) -> None:
+        # A marker commit on the kept branch tells retries and the cleaner it is evidence, not a
+        # crash leftover; it names the error class only (a message could quote anything).
+        metadata = evidence_metadata(attempt, input_commit, type(exc).__name__)
+        try:
+            client.commit(
+                self.repository, staging, f"lakefence: evidence of {type(exc).__name__}", metadata, allow_empty=True
+            )
+        except LakeFenceError as err:
+            self.log.warning("Could not mark staging branch %s as evidence: %s", staging, err)
 
     def _delete_quietly(self, client: LakeFSClient, staging: str) -> None:
         if staging in self._deleted_staging:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,8 @@ def test_example_dag_publishes_with_real_pyspark(
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     input_commit = _demo_module().seed_events(lakefs_client, "example-repo", 2_000, tmp_path)
     Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
+    # Register every DAG (the asset consumer included) as the dag processor would.
+    subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
     dr = load_dag_module("examples/example_fenced_publish.py").dag.test()
     assert dr.state == "success"
 
@@ -62,10 +66,35 @@ def test_example_dag_publishes_with_real_pyspark(
     assert staging_branches(repo) == []
     counts = xcoms(dr, "report")["return_value"]
     assert sum(counts.values()) == 2_000 and len(counts) == 7
+    assert values["_link_LakeFSCommitLink"].endswith(f"/repositories/example-repo/commits/{head.id}")
+
+    # The publication emitted one asset event naming the exact commit, which queues the consumer DAG.
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    uri = "lakefs://example-repo/main/tables/daily_counts"
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == uri)
+        ).all()
+        assert [e.extra["output_ref"] for e in events] == [head.id]
+        assert events[0].extra["input_ref"] == input_commit and events[0].extra["decision"] == "merge"
+        queued = [q.target_dag_id for q in session.query(AssetDagRunQueue).all()]
+        assert "lakefence_example_daily_counts_consumer" in queued
+        consumer = load_dag_module("examples/example_asset_consumer.py")
+        task = consumer.dag.get_task("published_commits")
+        assert task.python_callable(triggering_asset_events={consumer.DAILY_COUNTS: events}) == [head.id]
 
 
-def test_docs_quote_the_example_verbatim() -> None:
-    source = (REPO / "dags_examples" / "example_fenced_publish.py").read_text()
-    start, end = "# [START lakefence_example]\n", "# [END lakefence_example]"
-    snippet = source[source.index(start) + len(start) : source.index(end)]
-    assert snippet in (REPO / "docs" / "operator.md").read_text()
+@pytest.mark.parametrize(
+    ("example", "marker"),
+    [("example_fenced_publish.py", "lakefence_example"), ("example_asset_consumer.py", "lakefence_asset_consumer")],
+)
+def test_docs_quote_the_examples(example: str, marker: str) -> None:
+    """docs/operator.md includes each example between its markers (the Sphinx -W build fails on a missing one)."""
+    source = (REPO / "dags_examples" / example).read_text()
+    assert f"# [START {marker}]\n" in source and f"# [END {marker}]" in source
+    docs = (REPO / "docs" / "operator.md").read_text()
+    assert f"../dags_examples/{example}" in docs and f'"[START {marker}]"' in docs and f'"[END {marker}]"' in docs

@@ -163,7 +163,9 @@ def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(
     assert repo.branch("main").get_commit().id == foreign[0]
     kept = staging_branches(repo)
     assert kept == [error.staging_branch]
-    evidence = repo.branch(kept[0]).get_commit()
+    marker = repo.branch(kept[0]).get_commit()  # the evidence marker retries and the cleaner recognise
+    assert marker.metadata["lakefence.evidence"] == "PublishFenceError"
+    evidence = repo.commit(marker.parents[0]).get_commit()
     assert evidence.parents == [input_commit]
     assert read_text(repo, kept[0], "out/a.txt") == "A"
 

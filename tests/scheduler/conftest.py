@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 from tests.dags.scheduler_dags import TARGETS, pool_name
 from tests.scheduler.harness import AirflowStack
 
+#: Set to keep the Airflow home (logs, SQLite DB) after a passing module too.
+KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"
 DAG_FILE = Path(__file__).resolve().parent.parent / "dags" / "scheduler_dags.py"
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 _FAILED = pytest.StashKey[bool]()
@@ -54,7 +58,7 @@ def airflow_stack(lakefs_server: Any, request: pytest.FixtureRequest) -> Iterato
 
     Connections ``lakefs_default`` (the session's lakeFS) and ``spark_local``, and one 1-slot pool
     per target of :data:`TARGETS`, are created through the REST API. The home directory is kept
-    (and its path printed) when a test of the module failed.
+    (and its path printed) when a test of the module failed, or with ``LAKEFENCE_TEST_KEEP_AIRFLOW_HOME`` set.
     """
     _create_repositories(lakefs_server)
     pools = {pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets}
@@ -78,14 +82,19 @@ def airflow_stack(lakefs_server: Any, request: pytest.FixtureRequest) -> Iterato
         stack.dump_logs()
         stack.stop(remove_home=False)
         raise
-    print(f"Airflow stack up in {stack.boot_seconds:.1f}s at {stack.base_url}, home {stack.home}")
+    print(
+        f"Airflow stack: db migrate {stack.migrate_seconds:.1f}s, components healthy {stack.boot_seconds:.1f}s "
+        f"later, at {stack.base_url}, home {stack.home}"
+    )
     try:
         yield stack
     finally:
-        failed = request.node.stash.get(_FAILED, False)
-        if failed:
-            print(f"a test failed: keeping {stack.home}")
-        late = stack.stop(remove_home=not failed)
+        keep = request.node.stash.get(_FAILED, False) or bool(os.environ.get(KEEP_HOME_ENV))
+        if keep:
+            print(f"keeping the Airflow home {stack.home}")
+        stopping = time.monotonic()
+        late = stack.stop(remove_home=not keep)
+        print(f"Airflow stack stopped in {time.monotonic() - stopping:.1f}s")
         if late:
             print(f"killed after the components stopped: {late}")
     leftovers = stack.marked_processes()

@@ -26,12 +26,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import httpx
 import psutil
+from cryptography.fernet import Fernet
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Every process the stack starts carries this variable (value: the stack's id), so teardown finds
@@ -52,16 +52,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(
-    what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25, on_timeout: str = ""
-) -> T:
-    """Poll ``probe`` until it returns something other than ``None`` (or falsy), then return it.
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:
+    """Poll ``probe`` until it returns a truthy value, and return that value.
 
     :param what: what is awaited, for the error message.
-    :param probe: returns the awaited value, or ``None``/falsy to keep waiting.
+    :param probe: returns the awaited value, or something falsy to keep waiting; may raise to give up.
     :param timeout: seconds.
     :param interval: seconds between polls.
-    :param on_timeout: extra detail for the error message.
     :raises StackError: on timeout.
     """
     deadline = time.monotonic() + timeout
@@ -70,7 +67,7 @@ def wait_for(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}. {on_timeout}".strip())
+            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
 
 
@@ -86,6 +83,7 @@ class AirflowAPI:
         self.http = httpx.Client(
             base_url=f"{base_url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=30
         )
+        self.backfill_lock_retries = 0
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -109,7 +107,9 @@ class AirflowAPI:
 
     def create_connection(self, conn_id: str, conn_type: str, **fields: Any) -> None:
         """Create a connection (Admin > Connections)."""
-        self.request("POST", "/connections", json={"connection_id": conn_id, "conn_type": conn_type, **fields}, ok=(201,))
+        self.request(
+            "POST", "/connections", json={"connection_id": conn_id, "conn_type": conn_type, **fields}, ok=(201,)
+        )
 
     def import_errors(self) -> list[dict[str, Any]]:
         """DAG import errors."""
@@ -169,14 +169,26 @@ class AirflowAPI:
 
     def mark(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         """Mark a task instance ``success`` or ``failed`` (Mark as...)."""
-        self.request(
-            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state}
-        )
+        self.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state})
 
     def create_backfill(self, dag_id: str, from_date: str, to_date: str, **options: Any) -> dict[str, Any]:
-        """Create a backfill (the "Backfill" dialog)."""
+        """Create a backfill (the "Backfill" dialog).
+
+        On SQLite, Airflow answers 503 "Database is locked" when another component wrote while the
+        runs were being created (it removes the partial backfill first); like a user clicking again,
+        this retries a few times. :attr:`backfill_lock_retries` counts the retries.
+        """
         body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date, **options}
-        return dict(self.request("POST", "/backfills", json=body))
+        for attempt in range(6):
+            response = self.http.post("/backfills", json=body)
+            if response.status_code == 503 and "locked" in response.text and attempt < 5:
+                self.backfill_lock_retries += 1
+                time.sleep(1)
+                continue
+            if response.status_code != 200:
+                raise StackError(f"POST /backfills -> {response.status_code}: {response.text[:2000]}")
+            break
+        return dict(response.json())
 
     def backfill(self, backfill_id: int) -> dict[str, Any]:
         """One backfill."""
@@ -200,7 +212,13 @@ class AirflowAPI:
         return "\n".join(lines)
 
     def wait_ti(
-        self, dag_id: str, run_id: str, task_id: str, states: Iterable[str], timeout: float, try_number: int | None = None
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        states: Iterable[str],
+        timeout: float,
+        try_number: int | None = None,
     ) -> dict[str, Any]:
         """Wait until the task instance is in one of ``states`` (and at ``try_number``, if given)."""
         wanted = set(states)
@@ -229,34 +247,53 @@ class AirflowAPI:
         return wait_for(f"run {dag_id}/{run_id} in {sorted(wanted)}", probe, timeout, interval=0.5)
 
 
-@dataclass
 class AirflowStack:
     """The four Airflow components on loopback, on SQLite with the LocalExecutor.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
 
     :param dag_files: DAG files linked into the dags folder.
     :param connections: ``{conn_id: {"conn_type": ..., "host": ..., ...}}``, created through the API.
     :param pools: ``{name: slots}``, created through the API.
-    :param home: the AIRFLOW_HOME (a new temporary directory by default, removed on a clean exit).
+    :param home: the AIRFLOW_HOME (default: a new temporary directory, removed by a clean stop).
     :param parallelism: the executor's slots.
-    :param extra_config: more ``AIRFLOW__SECTION__KEY`` environment settings.
+    :param extra_config: more ``AIRFLOW__SECTION__KEY`` settings for every component.
     :param boot_timeout: seconds for the components to report healthy.
     """
 
-    dag_files: list[Path]
-    connections: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pools: dict[str, int] = field(default_factory=dict)
-    home: Path | None = None
-    parallelism: int = 8
-    extra_config: dict[str, str] = field(default_factory=dict)
-    boot_timeout: float = 120.0
-    stack_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    api: AirflowAPI | None = None
-    base_url: str = ""
-    #: seconds from the first component start to all components healthy.
-    boot_seconds: float = 0.0
-    _own_home: bool = False
-    _log_files: list[Any] = field(default_factory=list)
+    def __init__(
+        self,
+        dag_files: Iterable[Path],
+        *,
+        connections: Mapping[str, Mapping[str, Any]] | None = None,
+        pools: Mapping[str, int] | None = None,
+        home: Path | None = None,
+        parallelism: int = 8,
+        extra_config: Mapping[str, str] | None = None,
+        boot_timeout: float = 120.0,
+    ) -> None:
+        self.dag_files = [Path(f) for f in dag_files]
+        self.connections = dict(connections or {})
+        self.pools = dict(pools or {})
+        self._own_home = home is None
+        self.home = home or Path(tempfile.mkdtemp(prefix="lakefence-scheduler-"))
+        self.parallelism = parallelism
+        self.extra_config = dict(extra_config or {})
+        self.boot_timeout = boot_timeout
+        self.stack_id = uuid.uuid4().hex
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.api: AirflowAPI | None = None
+        #: seconds from the first component's start to all four healthy (``airflow db migrate`` excluded).
+        self.boot_seconds = 0.0
+        self.migrate_seconds = 0.0
+        self._port = free_port()
+        self.base_url = f"http://127.0.0.1:{self._port}"
+        self._worker_log_port = free_port()
+        self._trigger_log_port = free_port()
+        # The scheduler mints the tasks' JWTs and the api-server checks them: one shared secret.
+        self._jwt_secret = secrets.token_urlsafe(32)
+        self._fernet_key = Fernet.generate_key().decode()  # connection passwords encrypted at rest
+        self._log_files: list[IO[bytes]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -277,16 +314,12 @@ class AirflowStack:
     @property
     def logs(self) -> Path:
         """The directory of component and task logs."""
-        assert self.home is not None
         return self.home / "logs"
 
     def environment(self) -> dict[str, str]:
         """The environment every component (and so every task) runs with."""
-        assert self.home is not None
-        # Nothing of the test process's own Airflow set-up (conftest) may leak into the stack.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
-        from cryptography.fernet import Fernet
-
+        # Nothing of the test process's own Airflow set-up (tests/conftest.py) may leak into the stack.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_")}
         env.update(
             {
                 MARKER_ENV: self.stack_id,
@@ -295,15 +328,15 @@ class AirflowStack:
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-                "AIRFLOW__CORE__FERNET_KEY": self._fernet_key or Fernet.generate_key().decode(),
+                "AIRFLOW__CORE__FERNET_KEY": self._fernet_key,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                # The simple auth manager then hands out admin tokens without a password (/auth/token).
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self._port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__API__WORKERS": "1",
-                # The scheduler mints the tasks' JWTs, the api-server checks them: one shared secret.
                 "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret,
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs),
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self._worker_log_port),
@@ -316,37 +349,28 @@ class AirflowStack:
         return env
 
     def start(self) -> None:
-        """Create the home, migrate, start the components, wait for health, set up connections and pools.
+        """Migrate the database, start the components, wait for health, create connections and pools.
 
         :raises StackError: if a component exits or the stack is not healthy within ``boot_timeout``.
         """
-        if self.home is None:
-            self.home = Path(tempfile.mkdtemp(prefix="lakefence-scheduler-"))
-            self._own_home = True
         (self.home / "dags").mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         for dag_file in self.dag_files:
             link = self.home / "dags" / dag_file.name
             if not link.exists():
                 link.symlink_to(dag_file.resolve())
-        self._port = free_port()
-        self._worker_log_port = free_port()
-        self._trigger_log_port = free_port()
-        self._jwt_secret = secrets.token_urlsafe(32)
-        self._fernet_key = ""
-        self.base_url = f"http://127.0.0.1:{self._port}"
         env = self.environment()
-        self._fernet_key = env["AIRFLOW__CORE__FERNET_KEY"]
-        self._env = env
+        migrating = time.monotonic()
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, check=False
         )
+        self.migrate_seconds = time.monotonic() - migrating
         (self.logs / "db-migrate.log").write_text(migrate.stdout + migrate.stderr)
         if migrate.returncode != 0:
             raise StackError(f"airflow db migrate failed ({migrate.returncode}): {migrate.stderr[-3000:]}")
         started = time.monotonic()
         for name in COMPONENTS:
-            self._spawn(name)
+            self._spawn(name, env)
         self._wait_healthy()
         self.boot_seconds = time.monotonic() - started
         self.api = AirflowAPI(self.base_url, self._token())
@@ -355,15 +379,15 @@ class AirflowStack:
         for pool, slots in self.pools.items():
             self.api.create_pool(pool, slots)
 
-    def _spawn(self, name: str) -> None:
+    def _spawn(self, name: str, env: dict[str, str]) -> None:
         args = [sys.executable, "-m", "airflow", name]
         if name in ("scheduler", "triggerer"):
             args.append("--skip-serve-logs")  # the api-server reads task logs from the shared folder
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        log = open(self.logs / f"{name}.log", "wb")  # closed in stop()
         self._log_files.append(log)
         # A session (and so a process group) of its own: stop() can signal the whole component.
         self.processes[name] = subprocess.Popen(
-            args, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.home
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.home
         )
 
     def _check_alive(self) -> None:
@@ -395,33 +419,35 @@ class AirflowStack:
             raise StackError(f"{exc} Last health: {json.dumps(last)}") from None
 
     def _token(self) -> str:
-        # With simple_auth_manager_all_admins the simple auth manager hands out admin tokens freely.
         response = httpx.get(f"{self.base_url}/auth/token", timeout=10)
         if response.status_code not in (200, 201):
             raise StackError(f"GET /auth/token -> {response.status_code}: {response.text[:500]}")
         return str(response.json()["access_token"])
 
     def wait_for_dags(self, dag_ids: Iterable[str], timeout: float = 90.0) -> None:
-        """Wait until the dag-processor has parsed every DAG; fail fast on an import error."""
-        assert self.api is not None
-        api = self.api
+        """Wait until the dag-processor has parsed every DAG; fail at once on an import error.
+
+        :raises StackError: on an import error, a dead component or the timeout.
+        """
+        assert self.api is not None, "start() first"
+        api, wanted = self.api, list(dag_ids)
 
         def probe() -> bool:
             self._check_alive()
             errors = api.import_errors()
             if errors:
                 raise StackError(f"DAG import errors: {json.dumps(errors)[:3000]}")
-            return all(api.dag(dag_id) is not None for dag_id in dag_ids)
+            return all(api.dag(dag_id) is not None for dag_id in wanted)
 
-        wait_for(f"DAGs {sorted(dag_ids)} to be parsed", probe, timeout, interval=0.5)
+        wait_for(f"DAGs {sorted(wanted)} to be parsed", probe, timeout, interval=0.5)
 
     def stop(self, remove_home: bool = False) -> list[str]:
-        """Stop everything the stack started; return descriptions of processes that had to be killed late.
+        """Stop everything the stack started; return the processes that had to be killed at the end.
 
-        Components get SIGTERM (their process groups), then SIGKILL after 15 s; then every process
-        still carrying the stack's marker is killed.
+        Components get SIGTERM on their process groups, SIGKILL after 15 s; then every process still
+        carrying the stack's marker (a task process or a Spark job left behind) gets SIGKILL.
 
-        :param remove_home: remove the home directory (only one this stack created).
+        :param remove_home: remove the home directory (only one the stack created itself).
         """
         if self.api is not None:
             self.api.close()
@@ -435,41 +461,44 @@ class AirflowStack:
             except subprocess.TimeoutExpired:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        leftovers = self.kill_leftovers()
         self.processes.clear()
+        leftovers = self.kill_leftovers()
         for log in self._log_files:
             log.close()
         self._log_files.clear()
-        if remove_home and self._own_home and self.home is not None:
+        if remove_home and self._own_home:
             shutil.rmtree(self.home, ignore_errors=True)
         return leftovers
 
     def marked_processes(self) -> list[psutil.Process]:
         """Live processes carrying this stack's marker (task processes and Spark jobs included)."""
         found = []
-        for proc in psutil.process_iter(["pid"]):
+        for proc in psutil.process_iter():
             try:
-                if proc.environ().get(MARKER_ENV) == self.stack_id:
+                if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV) == self.stack_id:
                     found.append(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         return found
 
     def kill_leftovers(self) -> list[str]:
-        """SIGKILL every process still carrying the marker; describe them."""
+        """SIGKILL every process still carrying the marker; return their descriptions."""
         killed = []
-        for proc in self.marked_processes():
+        procs = self.marked_processes()
+        for proc in procs:
             try:
                 killed.append(f"{proc.pid} {' '.join(proc.cmdline())[:200]}")
                 proc.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+        psutil.wait_procs(procs, timeout=10)
         return killed
 
     def dump_logs(self, tail: int = 80) -> None:
         """Print the tail of every component log and task log (for a failing test's report)."""
-        if self.home is None or not self.logs.exists():
+        if not self.logs.exists():
             return
+        print(f"\n===== Airflow home {self.home} =====")
         for path in sorted(self.logs.rglob("*")):
             if not path.is_file():
                 continue

@@ -6,7 +6,8 @@ number, target branch, time) as soon as it runs and ``.done`` when it has writte
 
 Spec keys (JSON in argv[1], after ``spec=``): ``files`` ({path: text}); ``stamp_path`` (a file
 whose content is the attempt's staging branch name, so every try stages a different commit);
-``sleep_by_try`` ({"1": seconds}); ``signal_dir``.
+``sleep_by_try`` ({"1": seconds}); ``sleep_by_target`` ({target branch: seconds}, before
+``sleep_by_try``); ``signal_dir``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def main() -> None:
     signal_dir = spec.get("signal_dir")
     facts = {"pid": os.getpid(), "try": try_number, "target": os.environ.get("LAKEFENCE_TARGET_BRANCH")}
     _signal(signal_dir, f"{staging}.started", {**facts, "time": time.time()})
-    time.sleep(float(spec.get("sleep_by_try", {}).get(str(try_number), 0)))
+    target = os.environ.get("LAKEFENCE_TARGET_BRANCH", "")
+    sleep = spec.get("sleep_by_target", {}).get(target, spec.get("sleep_by_try", {}).get(str(try_number), 0))
+    time.sleep(float(sleep))
     files = dict(spec.get("files", {}))
     if spec.get("stamp_path"):
         files[spec["stamp_path"]] = staging

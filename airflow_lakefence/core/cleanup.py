@@ -1,0 +1,250 @@
+"""Which staging branches may be deleted (the cleaner of seed 003), and the evidence marker.
+
+A staging branch outlives its attempt when the worker died (no ``finally`` ran), when a delete
+failed, or on purpose: the operator keeps it as evidence of a fence violation. The cleaner deletes
+a branch only when its attempt is **provably dead**, never a live attempt's branch, and never an
+evidence branch unless asked. The rules, in order:
+
+1. **Evidence**: the branch's HEAD carries the evidence marker (:data:`EVIDENCE_KEY`, written by the
+   operator when it keeps the branch) → keep, unless ``delete_evidence``; then the rules below.
+2. **A newer try exists**: another staging branch of the same publication key has a higher try
+   number → delete. Try numbers only grow, so this try can no longer be the current one.
+3. **Identify the attempt's task instance**: from the branch HEAD's ``stage`` record (when it
+   belongs to this very branch: the name derived from the record must be the branch's name), else
+   from the key hash in the name, matched against the keys of staged siblings and of the publishers
+   the cleaner was told about.
+4. **Unidentified** (an unstaged branch of an unknown key): keep, unless ``max_age`` is set and the
+   cleaner has seen the branch at the same HEAD for at least ``max_age`` (its own memory of earlier
+   runs). The HEAD commit's date says nothing about the branch's age: an unstaged branch points at
+   its input commit, which may be much older than the branch.
+5. **Ask Airflow** about the task instance: not found (its run was deleted) → delete; running,
+   deferred or up for reschedule → keep (it may be this attempt); any other state (success,
+   failed, cleared, queued for a retry...) → delete: no try is running, so this attempt is dead.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_lakefence.core.abandoned import LIVE_STATES
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import (
+    METADATA_PREFIX,
+    ROLE_STAGE,
+    LakefenceRecord,
+    decode_metadata,
+    encode_metadata,
+)
+from airflow_lakefence.core.naming import (
+    StagingBranchInfo,
+    key_hash,
+    parse_staging_branch_name,
+    staging_branch_name,
+)
+
+#: Commit-metadata key marking a staging branch kept as evidence; the value names the error class.
+EVIDENCE_KEY = METADATA_PREFIX + "evidence"
+_MAX_ERROR_NAME = 64
+
+
+def evidence_metadata(attempt: AttemptId, input_ref: str, error: str) -> dict[str, str]:
+    """Metadata of the marker commit the operator adds to a staging branch it keeps as evidence.
+
+    The marker carries the attempt's full ``stage`` record, so the cleaner can tell whose evidence
+    it is, plus :data:`EVIDENCE_KEY` naming the error (a class name; never a message, which could
+    quote anything).
+
+    :param attempt: the attempt that kept the branch.
+    :param input_ref: its input commit id.
+    :param error: the error class name, e.g. ``PublishFenceError``.
+    :raises ValueError: if ``error`` is empty.
+    """
+    if not error:
+        raise ValueError("the evidence marker needs the error's class name")
+    record = LakefenceRecord(attempt, ROLE_STAGE, input_ref)
+    return {**encode_metadata(record), EVIDENCE_KEY: error[:_MAX_ERROR_NAME]}
+
+
+def evidence_of(metadata: Mapping[str, str] | None) -> str | None:
+    """The error an evidence marker names, or ``None`` for a commit that is no marker.
+
+    :param metadata: a commit's metadata.
+    """
+    value = (metadata or {}).get(EVIDENCE_KEY)
+    return value or None
+
+
+@dataclass(frozen=True)
+class StagingBranch:
+    """A staging branch as the cleaner sees it.
+
+    :param name: the branch name.
+    :param head: its HEAD commit id.
+    :param info: what the name tells (key hash, try number, ti hash).
+    :param record: HEAD's ``stage`` record when it was written by this branch's attempt, else ``None``
+        (an unstaged branch points at its input commit, whose record, if any, is someone else's).
+    :param evidence: the error named by an evidence marker on HEAD, if any.
+    """
+
+    name: str
+    head: str
+    info: StagingBranchInfo
+    record: LakefenceRecord | None = None
+    evidence: str | None = None
+
+
+def inspect_branch(name: str, head: str, metadata: Mapping[str, str] | None, prefix: str) -> StagingBranch | None:
+    """Build the cleaner's view of one branch from its name and HEAD.
+
+    :param name: the branch name.
+    :param head: its HEAD commit id.
+    :param metadata: the HEAD commit's metadata.
+    :param prefix: the staging branch prefix.
+    :return: the view, or ``None`` when ``name`` is not a staging branch of ``prefix``.
+    """
+    info = parse_staging_branch_name(name, prefix)
+    if info is None:
+        return None
+    record = decode_metadata(metadata)
+    if record is None or record.role != ROLE_STAGE or staging_branch_name(record.attempt, prefix) != name:
+        return StagingBranch(name, head, info)
+    return StagingBranch(name, head, info, record, evidence_of(metadata))
+
+
+def known_keys(
+    branches: Iterable[StagingBranch], candidates: Iterable[PublicationKey] = ()
+) -> dict[str, PublicationKey]:
+    """Map key hashes to publication keys, from staged branches' records and candidate keys.
+
+    :param branches: the inspected branches.
+    :param candidates: keys the cleaner can enumerate (the runs of the publishers it was told about).
+    """
+    keys = {key_hash(key): key for key in candidates}
+    keys.update((b.info.key_hash, b.record.attempt.key) for b in branches if b.record is not None)
+    return keys
+
+
+@dataclass(frozen=True)
+class CleanupDecision:
+    """What the cleaner does with one branch, and why.
+
+    :param branch: the branch name.
+    :param delete: whether to delete it.
+    :param reason: one sentence.
+    :param key: the publication key, when identified.
+    :param try_number: the try number from the name.
+    :param evidence: the error an evidence marker names, if any.
+    :param head: the branch's HEAD commit id.
+    """
+
+    branch: str
+    delete: bool
+    reason: str
+    key: PublicationKey | None
+    try_number: int
+    evidence: str | None
+    head: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable description."""
+        result: dict[str, Any] = {
+            "branch": self.branch,
+            "reason": self.reason,
+            "try_number": self.try_number,
+            "evidence": self.evidence,
+            "head": self.head,
+        }
+        if self.key is not None:
+            result.update(
+                dag_id=self.key.dag_id, run_id=self.key.run_id, task_id=self.key.task_id, map_index=self.key.map_index
+            )
+        return result
+
+
+def plan_cleanup(
+    branches: Sequence[StagingBranch],
+    *,
+    keys: Mapping[str, PublicationKey],
+    states: Mapping[PublicationKey, str | None],
+    first_seen: Mapping[str, tuple[str, float]],
+    now: float,
+    max_age: float | None = None,
+    delete_evidence: bool = False,
+) -> list[CleanupDecision]:
+    """Decide, for every staging branch, whether to delete it (the rules in the module docstring).
+
+    :param branches: the inspected staging branches.
+    :param keys: key hash → publication key (:func:`known_keys`).
+    :param states: publication key → its task instance's normalised state, ``None`` when Airflow
+        has no such task instance. A key missing from the mapping was not looked up: its branches
+        are kept.
+    :param first_seen: branch name → (HEAD, epoch seconds) when an earlier cleaner run first saw it
+        at that HEAD.
+    :param now: the current time, epoch seconds.
+    :param max_age: seconds after which an unidentified branch, unchanged since first seen, is
+        deleted; ``None`` never deletes unidentified branches.
+    :param delete_evidence: also consider evidence branches for deletion.
+    :return: one decision per branch, in the order given.
+    """
+    newest: dict[str, int] = {}
+    for branch in branches:
+        newest[branch.info.key_hash] = max(newest.get(branch.info.key_hash, 0), branch.info.try_number)
+
+    def decide(branch: StagingBranch) -> tuple[bool, str, PublicationKey | None]:
+        key = branch.record.attempt.key if branch.record is not None else keys.get(branch.info.key_hash)
+        if branch.evidence is not None and not delete_evidence:
+            return False, f"kept as evidence of {branch.evidence}", key
+        if newest[branch.info.key_hash] > branch.info.try_number:
+            return True, f"try {newest[branch.info.key_hash]} of the same task instance exists", key
+        if key is None:
+            seen = first_seen.get(branch.name)
+            if max_age is not None and seen is not None and seen[0] == branch.head and now - seen[1] >= max_age:
+                return (
+                    True,
+                    f"attempt unidentified and unchanged for {now - seen[1]:.0f}s (max_age {max_age:.0f}s)",
+                    key,
+                )
+            return False, "attempt cannot be identified (unstaged; pass its publisher, or set max_age)", key
+        if key not in states:
+            return False, "its task instance's state was not looked up", key
+        state = states[key]
+        if state is None:
+            return True, "its task instance no longer exists", key
+        if state in LIVE_STATES:
+            return False, f"its task instance is {state}: the attempt may be live", key
+        return True, f"its task instance is {state}: no try of it is running", key
+
+    decisions = []
+    for branch in branches:
+        delete, reason, key = decide(branch)
+        decisions.append(
+            CleanupDecision(branch.name, delete, reason, key, branch.info.try_number, branch.evidence, branch.head)
+        )
+    return decisions
+
+
+def remember(
+    branches: Sequence[StagingBranch],
+    decisions: Sequence[CleanupDecision],
+    previous: Mapping[str, tuple[str, float]],
+    now: float,
+) -> dict[str, tuple[str, float]]:
+    """The first-seen memory to hand to the next run: every kept branch, with when it was first
+    seen at its current HEAD (a moved HEAD restarts the clock).
+
+    :param branches: the inspected branches.
+    :param decisions: this run's decisions (same order).
+    :param previous: the previous run's memory.
+    :param now: the current time, epoch seconds.
+    """
+    memory: dict[str, tuple[str, float]] = {}
+    for branch, decision in zip(branches, decisions, strict=True):
+        if decision.delete:
+            continue
+        seen = previous.get(branch.name)
+        memory[branch.name] = seen if seen is not None and seen[0] == branch.head else (branch.head, now)
+    return memory

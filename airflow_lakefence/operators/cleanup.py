@@ -1,0 +1,230 @@
+"""``LakeFSStagingCleanupOperator``: delete the staging branches of provably dead attempts."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_lakefence.core.abandoned import normalise_state, state_from_task_states
+from airflow_lakefence.core.cleanup import (
+    StagingBranch,
+    inspect_branch,
+    known_keys,
+    plan_cleanup,
+    remember,
+)
+from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.naming import validate_staging_prefix
+from airflow_lakefence.exceptions import InvalidInputError
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.triggers.probes import AirflowView, TaskSdkView
+
+#: XCom key of the cleaner's memory: branch → [HEAD, epoch seconds first seen at that HEAD].
+FIRST_SEEN_KEY = "first_seen"
+
+
+def _publishers(value: Iterable[Any] | None) -> list[tuple[str, str]]:
+    result = []
+    for item in value or ():
+        if isinstance(item, Mapping):
+            pair = (item.get("dag_id"), item.get("task_id"))
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
+            pair = (item[0], item[1])
+        else:
+            pair = (None, None)
+        if not all(isinstance(part, str) and part for part in pair):
+            raise InvalidInputError(
+                f"a publisher is {{'dag_id': ..., 'task_id': ...}} or (dag_id, task_id), got {item!r}"
+            )
+        result.append((str(pair[0]), str(pair[1])))
+    return result
+
+
+def _keys_of_answer(dag_id: str, task_ids: Sequence[str], answer: Any) -> dict[PublicationKey, str | None]:
+    """Turn a ``get_task_states`` answer over every run into {key: state}."""
+    found: dict[PublicationKey, str | None] = {}
+    wanted = set(task_ids)
+    for run_id, by_task in (answer or {}).items():
+        for name, state in (by_task or {}).items():
+            if name in wanted:
+                found[PublicationKey(dag_id, run_id, name, -1)] = normalise_state(state)
+                continue
+            task_id, _, index = name.rpartition("_")
+            if task_id in wanted and index.isdigit():
+                found[PublicationKey(dag_id, run_id, task_id, int(index))] = normalise_state(state)
+    return found
+
+
+class LakeFSStagingCleanupOperator(BaseOperator):
+    """Delete lakefence staging branches whose attempt is provably dead; keep live and evidence ones.
+
+    It lists the staging branches under ``staging_branch_prefix`` (hidden ones included), reads each
+    branch's HEAD, asks Airflow about the attempts' task instances, and deletes a branch only when:
+    a newer try of the same task instance has a staging branch; or its task instance is in any
+    state but running/deferred/up-for-reschedule (success, failed, cleared, waiting for a retry...);
+    or its task instance no longer exists; or (with ``max_age``) it could not be identified and this
+    cleaner has seen it unchanged for ``max_age``. A branch the operator kept as evidence of a fence
+    violation is kept unless ``delete_evidence``. The rules are in docs/abandoned-publications.md.
+
+    Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
+    entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
+    ``dag_id``/``run_id``/``task_id``/``map_index`` when identified. Running it again is harmless.
+
+    lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one delete per deleted branch.
+    Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch.
+
+    :param repository: the lakeFS repository (templated).
+    :param staging_branch_prefix: the publishers' ``staging_branch_prefix``.
+    :param publishers: ``[{"dag_id": ..., "task_id": ...}]`` (or pairs) whose runs are enumerated to
+        identify unstaged branches, whose name alone does not say whose they are.
+    :param max_age: delete an unidentified branch that this cleaner has seen at the same HEAD for at
+        least this long (it must outlast your longest fenced task); ``None`` keeps them.
+    :param delete_evidence: also delete dead attempts' evidence branches.
+    :param dry_run: decide and report, delete nothing.
+    :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
+    :param kwargs: :class:`BaseOperator` arguments.
+    :raises InvalidInputError: for a malformed prefix, publisher or ``max_age``.
+    """
+
+    template_fields: Sequence[str] = ("repository",)
+    ui_color = "#ffccbc"
+
+    def __init__(
+        self,
+        *,
+        repository: str,
+        staging_branch_prefix: str = "lakefence",
+        publishers: Iterable[Any] | None = None,
+        max_age: timedelta | None = None,
+        delete_evidence: bool = False,
+        dry_run: bool = False,
+        lakefs_conn_id: str = LakeFSHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        try:
+            validate_staging_prefix(staging_branch_prefix)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        if max_age is not None and (not isinstance(max_age, timedelta) or max_age < timedelta(0)):
+            raise InvalidInputError(f"max_age must be a non-negative timedelta, got {max_age!r}")
+        self.repository = repository
+        self.staging_branch_prefix = staging_branch_prefix
+        self.publishers = _publishers(publishers)
+        self.max_age = max_age
+        self.delete_evidence = delete_evidence
+        # BaseOperator.dry_run is a method (template rendering): the flag needs another name.
+        self.is_dry_run = dry_run
+        self.lakefs_conn_id = lakefs_conn_id
+
+    @cached_property
+    def hook(self) -> LakeFSHook:
+        """The lakeFS hook, built on first use."""
+        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Inspect, decide, delete (unless ``dry_run``) and report.
+
+        :param context: the Airflow context.
+        :raises LakeFenceError: a lakeFS failure; nothing is deleted on an incomplete answer.
+        """
+        now = time.time()
+        ti = context["ti"]
+        previous = self._previous_memory(ti)
+        client = self.hook.client
+        branches = self._inspect(client)
+        result = self.clean(client, TaskSdkView(), branches, previous, now)
+        ti.xcom_push(key=FIRST_SEEN_KEY, value=result.pop(FIRST_SEEN_KEY))
+        return result
+
+    def clean(
+        self,
+        client: LakeFSClient,
+        airflow: AirflowView,
+        branches: Sequence[StagingBranch],
+        previous: Mapping[str, tuple[str, float]],
+        now: float,
+    ) -> dict[str, Any]:
+        """Decide about ``branches`` and delete the dead ones (the body of :meth:`execute`).
+
+        :param client: the lakeFS adapter.
+        :param airflow: how to ask Airflow.
+        :param branches: the inspected staging branches.
+        :param previous: the previous run's first-seen memory.
+        :param now: the current time, epoch seconds.
+        """
+        states: dict[PublicationKey, str | None] = {}
+        by_dag: dict[str, list[str]] = defaultdict(list)
+        for dag_id, task_id in self.publishers:
+            by_dag[dag_id].append(task_id)
+        for dag_id, task_ids in by_dag.items():
+            states.update(_keys_of_answer(dag_id, task_ids, airflow.task_states(dag_id, task_ids)))
+        keys = known_keys(branches, states)
+        wanted = {keys[b.info.key_hash] for b in branches if b.info.key_hash in keys} - states.keys()
+        grouped: dict[str, list[PublicationKey]] = defaultdict(list)
+        for key in wanted:
+            grouped[key.dag_id].append(key)
+        for dag_id, dag_keys in grouped.items():
+            answer = airflow.task_states(
+                dag_id, sorted({k.task_id for k in dag_keys}), sorted({k.run_id for k in dag_keys})
+            )
+            states.update((key, state_from_task_states(answer, key)) for key in dag_keys)
+
+        max_age = None if self.max_age is None else self.max_age.total_seconds()
+        decisions = plan_cleanup(
+            branches,
+            keys=keys,
+            states=states,
+            first_seen=previous,
+            now=now,
+            max_age=max_age,
+            delete_evidence=self.delete_evidence,
+        )
+        deleted: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
+        for decision in decisions:
+            if decision.delete and not self.is_dry_run:
+                client.delete_branch(self.repository, decision.branch, missing_ok=True)
+            (deleted if decision.delete else kept).append(decision.to_dict())
+            self.log.info(
+                "%s %s: %s",
+                ("would delete" if self.is_dry_run else "deleted") if decision.delete else "kept",
+                decision.branch,
+                decision.reason,
+            )
+        memory = remember(branches, decisions, previous, now)
+        return {
+            "deleted": deleted,
+            "kept": kept,
+            "dry_run": self.is_dry_run,
+            FIRST_SEEN_KEY: {name: [head, seen] for name, (head, seen) in memory.items()},
+        }
+
+    def _inspect(self, client: LakeFSClient) -> list[StagingBranch]:
+        prefix = self.staging_branch_prefix
+        heads: dict[str, Mapping[str, str]] = {}
+        branches = []
+        for name, commit_id in client.list_branches(self.repository, f"{prefix}-", show_hidden=True):
+            if commit_id not in heads:
+                # Unstaged branches share their input commit: read each HEAD once.
+                heads[commit_id] = client.get_commit(self.repository, commit_id).metadata
+            branch = inspect_branch(name, commit_id, heads[commit_id], prefix)
+            if branch is not None:
+                branches.append(branch)
+        return branches
+
+    def _previous_memory(self, ti: Any) -> dict[str, tuple[str, float]]:
+        value = ti.xcom_pull(task_ids=self.task_id, key=FIRST_SEEN_KEY, include_prior_dates=True)
+        memory: dict[str, tuple[str, float]] = {}
+        if isinstance(value, Mapping):
+            for name, entry in value.items():
+                if isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[1], int | float):
+                    memory[str(name)] = (str(entry[0]), float(entry[1]))
+        return memory

@@ -1,0 +1,108 @@
+"""The shared part of the lakeFS sensors: poke, reschedule and deferrable modes over one probe."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from airflow_lakefence import exceptions
+from airflow_lakefence.exceptions import LakeFenceError
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.triggers.lakefs import _LakeFSPollingTrigger
+
+
+def _error_class(name: object) -> type[LakeFenceError]:
+    cls = getattr(exceptions, str(name), None)
+    if isinstance(cls, type) and issubclass(cls, LakeFenceError):
+        return cls
+    return LakeFenceError
+
+
+class LakeFSBaseSensor(BaseSensorOperator):
+    """A sensor whose every poke is one bounded probe, in poke, reschedule or deferrable mode.
+
+    With ``deferrable=True`` the sensor probes once in the worker and, unless already satisfied,
+    defers to its trigger, which repeats the same probe in the triggerer every ``poke_interval``
+    seconds until ``timeout``.
+
+    :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
+    :param deferrable: wait in the triggerer instead of holding a worker slot.
+    :param kwargs: everything :class:`BaseSensorOperator` takes (``poke_interval``, ``timeout``,
+        ``mode``, ``soft_fail``...).
+    """
+
+    def __init__(self, *, lakefs_conn_id: str = LakeFSHook.default_conn_name, deferrable: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.lakefs_conn_id = lakefs_conn_id
+        self.deferrable = deferrable
+
+    @cached_property
+    def hook(self) -> LakeFSHook:
+        """The lakeFS hook, built on first use."""
+        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
+
+    @property
+    def client(self) -> LakeFSClient:
+        """The lakeFS client adapter of :attr:`hook`."""
+        return self.hook.client
+
+    def probe(self) -> tuple[bool, Any]:
+        """One probe: ``(done, value)``; subclasses implement it."""
+        raise NotImplementedError
+
+    def trigger(self, deadline: float) -> _LakeFSPollingTrigger:
+        """The trigger that repeats :meth:`probe` in the triggerer; subclasses implement it.
+
+        :param deadline: epoch seconds after which it gives up.
+        """
+        raise NotImplementedError
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        """Probe once.
+
+        :param context: the Airflow context.
+        :raises LakeFenceError: bad input or a lakeFS failure (after the adapter's read retries).
+        """
+        done, value = self.probe()
+        return PokeReturnValue(is_done=done, xcom_value=value)
+
+    def execute(self, context: Any) -> Any:
+        """Wait for the condition; return the probe's value (XCom ``return_value``).
+
+        :param context: the Airflow context.
+        """
+        if not self.deferrable:
+            return super().execute(context)
+        # One probe in the worker: no deferral round-trip when the answer is already there.
+        done, value = self.probe()
+        if done:
+            return value
+        self.defer(
+            trigger=self.trigger(deadline=time.time() + self.timeout),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger fired.
+
+        :param context: the Airflow context.
+        :param event: the trigger's event payload.
+        :raises AirflowSensorTimeout: when the trigger's deadline passed.
+        :raises LakeFenceError: the (re-created) error the trigger's probe raised.
+        """
+        if not event:
+            raise LakeFenceError("the trigger fired without an event")
+        status = event.get("status")
+        if status == "success":
+            self.log.info("Condition met in the triggerer: %s", event.get("value"))
+            return event.get("value")
+        if status == "timeout":
+            raise AirflowSensorTimeout(f"{self.task_id}: {event.get('message')}")
+        raise _error_class(event.get("error"))(f"{event.get('error')}: {event.get('message')}")

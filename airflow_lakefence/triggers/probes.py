@@ -1,0 +1,167 @@
+"""One poke of each lakeFS sensor: the code both poke mode and the triggers run.
+
+Each probe is synchronous and bounded (at most two lakeFS calls); the sensors call it in the
+worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
+share every decision. Airflow is asked through the Task SDK calls that work in both places
+(``RuntimeTaskInstance.get_task_states`` and ``XCom.get_one``, as Airflow's own ``WorkflowTrigger``
+does).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from airflow_lakefence.core.abandoned import (
+    Judgement,
+    PublisherScope,
+    PublisherState,
+    judge,
+    needs_output_ref,
+    needs_staging_listing,
+    newest_try,
+    publication_of,
+    state_from_task_states,
+)
+from airflow_lakefence.core.fence import HeadState
+from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.naming import staging_branch_prefix
+from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
+from airflow_lakefence.lakefs_client import LakeFSClient
+
+#: The XCom key under which the fenced operator reports the commit it stands behind.
+OUTPUT_REF_KEY = "output_ref"
+
+
+class AirflowView(Protocol):
+    """What the probes ask Airflow."""
+
+    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
+        """``{run_id: {task_id or task_id_mapindex: state}}`` for the given task instances."""
+
+    def output_ref(self, key: PublicationKey) -> Any:
+        """The ``output_ref`` XCom of the task instance of ``key``, or ``None``."""
+
+
+class TaskSdkView:
+    """:class:`AirflowView` through the Task SDK: works in a running task and in a trigger."""
+
+    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
+        """Ask the Execution API for task-instance states (one call).
+
+        :param dag_id: the DAG id.
+        :param task_ids: the task ids.
+        :param run_ids: the run ids; ``None`` for every run.
+        """
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        return RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=task_ids, run_ids=run_ids)
+
+    def output_ref(self, key: PublicationKey) -> Any:
+        """Read the ``output_ref`` XCom of one task instance (one call).
+
+        :param key: the publication key.
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_one(
+            key=OUTPUT_REF_KEY, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
+        )
+
+
+def probe_abandoned(
+    client: LakeFSClient,
+    airflow: AirflowView,
+    *,
+    repository: str,
+    branch: str,
+    scope: PublisherScope | None,
+    staging_prefix: str,
+) -> Judgement:
+    """Judge the HEAD of ``branch``: one ``get_commit``, plus one staging-branch listing only when the
+    publishing task instance is live (to tell its own try from a newer one).
+
+    Airflow calls: one ``get_task_states`` for a publication HEAD, plus one XCom read when the task
+    instance succeeded.
+
+    :param client: the lakeFS adapter.
+    :param airflow: how to ask Airflow.
+    :param repository: the repository.
+    :param branch: the watched branch.
+    :param scope: restrict to one publisher, or ``None``.
+    :param staging_prefix: the publisher's staging branch prefix.
+    :raises InputRefError: if the repository or branch does not exist.
+    :raises LakeFSError: for another lakeFS failure.
+    """
+    try:
+        commit = client.get_commit(repository, branch)
+    except LakeFSNotFoundError as exc:
+        raise InputRefError(f"branch {branch!r} not found in repository {repository!r}") from exc
+    head = HeadState(commit.id, commit.parents, commit.metadata, commit.version)
+    first = publication_of(head, scope)
+    if isinstance(first, Judgement):
+        return first
+    key = first.attempt.key
+    state = state_from_task_states(airflow.task_states(key.dag_id, [key.task_id], [key.run_id]), key)
+    output_ref = None
+    if needs_output_ref(state):
+        value = airflow.output_ref(key)
+        output_ref = value if isinstance(value, str) else None
+    newest = None
+    if needs_staging_listing(state):
+        own = staging_branch_prefix(key, staging_prefix)
+        names = [name for name, _ in client.list_branches(repository, own, show_hidden=True)]
+        newest = newest_try(names, key, staging_prefix)
+    return judge(head, first, PublisherState(state, output_ref, newest))
+
+
+def probe_new_commit(
+    client: LakeFSClient, *, repository: str, branch: str, since_ref: str, prefix: str | None
+) -> str | None:
+    """Return ``branch``'s HEAD when it moved away from ``since_ref`` (and, with ``prefix``, the
+    content under ``prefix`` differs), else ``None``. At most two lakeFS calls.
+
+    :param client: the lakeFS adapter.
+    :param repository: the repository.
+    :param branch: the watched branch.
+    :param since_ref: the commit (or ref) to compare with.
+    :param prefix: only changes under this path prefix count.
+    :raises InputRefError: if the repository, branch or ``since_ref`` does not exist.
+    """
+    try:
+        head = client.get_commit(repository, branch).id
+        if head == since_ref:
+            return None
+        if prefix:
+            changed = client.diff_refs(repository, since_ref, head, prefix=prefix, diff_type="two_dot", limit=1)
+            return head if changed else None
+        since = client.get_commit(repository, since_ref).id
+    except LakeFSNotFoundError as exc:
+        raise InputRefError(f"branch {branch!r} or ref {since_ref!r} not found in repository {repository!r}") from exc
+    return head if since != head else None
+
+
+def probe_object(
+    client: LakeFSClient, *, repository: str, ref: str, path: str | None, prefix: str | None
+) -> str | None:
+    """Return the commit ``ref`` points at when ``path`` (or anything under ``prefix``) exists there,
+    else ``None``. Two lakeFS calls: the ref is resolved first, so the object is looked up in the
+    very commit that is reported.
+
+    :param client: the lakeFS adapter.
+    :param repository: the repository.
+    :param ref: a branch, tag or commit.
+    :param path: an object path; or
+    :param prefix: a path prefix.
+    :raises InputRefError: if the repository or ref does not exist.
+    """
+    try:
+        commit = client.get_commit(repository, ref).id
+    except LakeFSNotFoundError as exc:
+        raise InputRefError(f"ref {ref!r} not found in repository {repository!r}") from exc
+    if path:
+        try:
+            client.stat_object(repository, commit, path)
+        except LakeFSNotFoundError:
+            return None
+        return commit
+    return commit if client.list_objects_page(repository, commit, prefix or "", amount=1) else None

@@ -1,0 +1,29 @@
+"""The long randomized race sweep (issue #5): seeded interleavings of a zombie try, a new try and a
+foreign writer, each in its own process against one local lakeFS server, checked for the
+reliability invariants.
+
+Not part of CI (CI runs a fixed set of 12 seeds in tests/reliability/test_racing_attempts.py).
+The latest result is recorded in docs/reliability.md.
+
+Run from the repository root::
+
+    python benchmarks/race_sweep.py --seeds 200 [--first 0] [--workers 3] [--json sweep.json]
+
+(the same as ``python -m tests.reliability.sweep``). Exit code 1 when an invariant was violated;
+rerun one scenario with ``--first SEED --seeds 1 --keep`` to keep its logs and timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+    from tests.reliability.sweep import main
+
+    sys.exit(main())

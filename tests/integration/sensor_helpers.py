@@ -1,0 +1,92 @@
+"""Helpers of the sensor and cleaner integration tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_lakefence.sensors import AbandonedPublicationSensor
+
+
+def judge_now(repository: str, condition: str = "detect", **kwargs: Any) -> tuple[bool, dict[str, Any]]:
+    """Run one probe of an AbandonedPublicationSensor in the current task (e.g. a failpoint callback)."""
+    sensor = AbandonedPublicationSensor(
+        task_id=f"probe_{condition}", repository=repository, branch="main", condition=condition, **kwargs
+    )
+    done, value = sensor.probe()
+    return done, value
+
+
+@contextmanager
+def after(
+    delay: float, action: Callable[[], Any], *, once: Callable[[], bool] | None = None
+) -> Iterator[list[BaseException]]:
+    """Run ``action`` in a thread (while the caller blocks in dag.test()): ``delay`` seconds from now,
+    or, with ``once``, as soon as ``once()`` is true (polled every ``delay`` seconds, 60 s at most).
+
+    Yields the list that collects the action's exception, if any; joins the thread on exit.
+    """
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for _ in range(1 if once is None else int(60 / delay)):
+            if stop.wait(delay):
+                return
+            try:
+                if once is None or once():
+                    action()
+                    return
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+                return
+        errors.append(TimeoutError("the condition to act on never came"))
+
+    thread = threading.Thread(target=run, name="lakefence-test-later", daemon=True)
+    thread.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def waited_how(dag_run: Any, task_id: str = "sense") -> dict[str, Any]:
+    """How a sensor task instance waited: ``deferred`` (it went through a trigger) and the number of
+    ``reschedules`` recorded."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskreschedule import TaskReschedule
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
+        return {
+            "deferred": ti.trigger_id is not None,
+            "reschedules": session.query(TaskReschedule).filter_by(ti_id=ti.id).count(),
+        }
+
+
+def sensor_waits(dag_id: str, how: str, task_id: str = "sense") -> Callable[[], bool]:
+    """A condition for :func:`after`: the latest run's sensor has ``deferred`` or ``rescheduled``."""
+
+    def check() -> bool:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.models.taskreschedule import TaskReschedule
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            ti = (
+                session.query(TaskInstance)
+                .filter_by(dag_id=dag_id, task_id=task_id)
+                .order_by(TaskInstance.start_date.desc())
+                .first()
+            )
+            if ti is None or ti.state in ("success", "failed"):
+                return False
+            if how == "deferred":
+                return ti.trigger_id is not None
+            return session.query(TaskReschedule).filter_by(ti_id=ti.id).count() > 0
+
+    return check

@@ -1,0 +1,161 @@
+"""Asset events, extra links and OpenLineage of the fenced operator, end to end under dag.test()."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.exceptions import PublishFenceError
+from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.integration.helpers import commit_files, run_dag, xcoms
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
+
+URI = "lakefs://lakefence-assets/main/out"
+
+
+@pytest.fixture
+def dags() -> Any:
+    module = load_dag_module("testdags/fenced_test_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+@pytest.fixture
+def asset_repo(
+    lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Path
+) -> Iterator[tuple[lakefs.Repository, str]]:
+    repo = lakefs.Repository("lakefence-assets", client=lakefs_client)
+    repo.create(storage_namespace=f"{lakefs_server.storage_namespace}/assets-{tmp_path.name}", default_branch="main")
+    try:
+        yield repo, commit_files(repo, "main", {"in/data.txt": "input"}, "seed input")
+    finally:
+        repo.delete()
+
+
+def asset_events() -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == URI)
+        )
+        return [dict(row.extra) for row in rows.order_by(AssetEvent.id)]
+
+
+def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any]) -> dict[str, Any]:
+    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job}
+
+
+def test_event_only_when_published_with_the_exact_commit(dags: Any, asset_repo: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = asset_repo
+    before = len(asset_events())
+    dr = run_dag(dags.assets_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success"
+    head = repo.branch("main").get_commit()
+    events = asset_events()[before:]
+    assert events == [
+        {
+            "output_ref": head.id,
+            "input_ref": input_commit,
+            "staged_commit": head.parents[1],
+            "decision": "merge",
+            "commit_uri": f"lakefs://lakefence-assets/{head.id}/out",
+        }
+    ]
+    # Nothing changed: a no-op publishes nothing, so no event.
+    dr = run_dag(dags.assets_dag, conf(repo, head.id, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success" and xcoms(dr, "publish")["decision"] == "noop"
+    assert len(asset_events()) == before + 1
+    # A fail-closed publish emits nothing either.
+    commit_files(repo, "main", {"other.txt": "x"}, "foreign")
+    dr = run_dag(dags.assets_dag, conf(repo, head.id, {"files": {"out/b.txt": "B"}}))
+    assert dr.state == "failed" and isinstance(dags.FAILURES[("lf_test_assets", 2)], PublishFenceError)
+    assert len(asset_events()) == before + 1
+
+
+def test_links_follow_the_try(
+    dags: Any, asset_repo: tuple[lakefs.Repository, str], lakefs_conn: dict[str, str]
+) -> None:
+    repo, input_commit = asset_repo
+    calls: list[int] = []
+
+    def die_once() -> None:
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("worker died after publishing")
+
+    failpoints.arm("after_verify", die_once)
+    dr = run_dag(dags.assets_dag, conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    base = lakefs_conn["host"].removesuffix("/api/v1")
+    assert values["decision"] == "replace"
+    assert values["_link_LakeFSCommitLink"] == f"{base}/repositories/lakefence-assets/commits/{values['output_ref']}"
+    assert values["_link_LakeFSStagingLink"] == (
+        f"{base}/repositories/lakefence-assets/objects?ref={values['staging_branch']}"
+    )
+    assert "-t2-" in values["staging_branch"]
+
+
+def test_staging_link_of_a_try_that_failed_closed(dags: Any, asset_repo: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = asset_repo
+    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    values = xcoms(dr, "publish")
+    error = dags.FAILURES[("lf_test_workspace", 1)]
+    assert values["_link_LakeFSStagingLink"].endswith(f"objects?ref={error.staging_branch}")
+    assert values["_link_LakeFSCommitLink"] == ""  # nothing was published
+
+
+def test_openlineage_events_through_the_file_transport(
+    asset_repo: tuple[lakefs.Repository, str], lakefs_conn: dict[str, str], tmp_path: Path
+) -> None:
+    pytest.importorskip("airflow.providers.openlineage")
+    repo, input_commit = asset_repo
+    log_file = tmp_path / "lineage.jsonl"
+    # The OpenLineage listener registers when Airflow loads its plugins: a fresh process with the
+    # transport configured, on the same metadata DB.
+    script = textwrap.dedent(
+        f"""
+        import importlib.util, json, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        spec = importlib.util.spec_from_file_location("lineage_dags", {str(DAGS_FOLDER / "testdags" / "fenced_test_dags.py")!r})
+        module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+        conf = {{"repository": "lakefence-assets", "target": "main", "input_ref": {input_commit!r},
+                 "job": {{"files": {{"out/x.txt": "X"}}}}, "output_prefixes": ["out/"]}}
+        print("STATE", module.workspace_dag.test(run_conf=conf).state)
+        """
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(log_file), "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "lakefence-tests",
+    }
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "STATE success" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
+    events = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+    complete = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".publish")]
+    assert complete, [e["eventType"] for e in events]
+    head = repo.branch("main").get_commit()
+    namespace = "lakefs://" + lakefs_conn["host"].removeprefix("http://").split("/")[0]
+    (event,) = complete
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(namespace, f"lakefence-assets/{input_commit}")]
+    assert event["inputs"][0]["facets"]["version"]["datasetVersion"] == input_commit
+    assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [(namespace, "lakefence-assets/main/out")]
+    assert event["outputs"][0]["facets"]["version"]["datasetVersion"] == head.id
+    assert lakefs_conn["password"] not in log_file.read_text()

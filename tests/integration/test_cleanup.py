@@ -1,0 +1,187 @@
+"""LakeFSStagingCleanupOperator end to end: staging branches left by real fenced attempts (a delete
+that failed, a fence violation), a live attempt's branch, real Airflow states, real lakeFS."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
+from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.exceptions import PublishFenceError
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.lakefs_client import LakeFSClient
+from tests.conftest import load_dag_module
+from tests.integration.helpers import commit_files, run_dag, staging_branches, xcoms
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
+
+
+@pytest.fixture
+def publishers() -> Any:
+    module = load_dag_module("testdags/fenced_test_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+@pytest.fixture
+def cleaners() -> Any:
+    return load_dag_module("testdags/sensor_test_dags.py")
+
+
+@pytest.fixture
+def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+
+
+def conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:
+    return {
+        "repository": repo.id,
+        "target": "main",
+        "input_ref": input_ref,
+        "job": job or {"files": {"out/a.txt": "A"}},
+    }
+
+
+def leave_branch_at(point: str, lakefs_controls: Any) -> None:
+    """The attempt dies at ``point`` and its staging-branch delete fails: the branch is left behind."""
+
+    def die() -> None:
+        lakefs_controls.add_fault("deleteBranch", status=500)
+        raise RuntimeError(f"worker died at {point}")
+
+    failpoints.arm(point, die)
+
+
+def mark_evidence(client: LakeFSClient, repository: str, branch: str, error: str) -> None:
+    """Write the evidence marker the operator writes when it keeps a branch (see the report's patch)."""
+    head = client.get_commit(repository, branch)
+    if evidence_of(head.metadata):
+        return
+    record = decode_metadata(head.metadata)
+    assert record is not None
+    client.commit(
+        repository, branch, "evidence", evidence_metadata(record.attempt, record.input_ref, error), allow_empty=True
+    )
+
+
+def by_branch(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {entry["branch"]: entry for entry in entries}
+
+
+def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    client = LakeFSHook().client
+    # A dead unstaged attempt (died during its job) and a dead staged one (died after staging).
+    leave_branch_at("after_job", lakefs_controls)
+    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    leave_branch_at("after_stage", lakefs_controls)
+    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    # A fence violation: a foreign commit lands during the job; the operator keeps the branch.
+    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    evidence = publishers.FAILURES[("lf_test_workspace", 1)]
+    assert isinstance(evidence, PublishFenceError) and evidence.staging_branch
+    mark_evidence(client, repo.id, evidence.staging_branch, type(evidence).__name__)
+    left = staging_branches(repo)
+    assert len(left) == 3 and evidence.staging_branch in left
+    unstaged = next(b for b in left if client.get_commit(repo.id, b).id == input_commit)
+
+    dry = run_dag(cleaners.clean_dry_run_dag, {"repository": repo.id})
+    assert dry.state == "success"
+    planned = xcoms(dry, "clean")["return_value"]
+    assert planned["dry_run"] is True and len(planned["deleted"]) == 2
+    assert sorted(staging_branches(repo)) == sorted(left)  # nothing deleted
+
+    lakefs_controls.reset_counts()
+    dr = run_dag(cleaners.clean_dag, {"repository": repo.id})
+    assert dr.state == "success"
+    result = xcoms(dr, "clean")["return_value"]
+    deleted, kept = by_branch(result["deleted"]), by_branch(result["kept"])
+    assert set(deleted) == set(left) - {evidence.staging_branch}
+    assert "failed" in deleted[unstaged]["reason"] and deleted[unstaged]["dag_id"] == "lf_test_workspace"
+    assert set(kept) == {evidence.staging_branch}
+    assert kept[evidence.staging_branch]["evidence"] == "PublishFenceError"
+    # One listing, one get_commit per distinct HEAD, one delete per dead branch.
+    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "deleteBranch": 2}
+    assert staging_branches(repo) == [evidence.staging_branch]
+
+    again = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert again["deleted"] == [] and set(by_branch(again["kept"])) == {evidence.staging_branch}
+
+    # Asked to, the cleaner deletes the evidence of a dead attempt too.
+    asked = xcoms(run_dag(cleaners.clean_evidence_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert set(by_branch(asked["deleted"])) == {evidence.staging_branch}
+    assert staging_branches(repo) == []
+
+
+def test_keeps_a_live_attempts_branch(
+    publishers: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    from airflow_lakefence.operators import LakeFSStagingCleanupOperator
+    from airflow_lakefence.triggers.probes import TaskSdkView
+
+    # A dead attempt's leftover of another run...
+    leave_branch_at("after_stage", lakefs_controls)
+    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    dead = staging_branches(repo)
+    results: list[dict[str, Any]] = []
+
+    def clean_while_running() -> None:
+        # ...and the running attempt's staged branch: run the cleaner's body inside the live task.
+        client = LakeFSHook().client
+        cleaner = LakeFSStagingCleanupOperator(
+            task_id="clean_inline", repository=repo.id, publishers=[("lf_test_direct", "publish")]
+        )
+        results.append(cleaner.clean(client, TaskSdkView(), cleaner._inspect(client), {}, time.time()))
+
+    failpoints.arm("after_fence_2", clean_while_running)
+    dr = run_dag(publishers.direct_dag, conf(repo, input_commit))
+    assert dr.state == "success"
+    live = xcoms(dr, "publish")["staging_branch"]
+    deleted, kept = by_branch(results[0]["deleted"]), by_branch(results[0]["kept"])
+    assert set(deleted) == set(dead)
+    assert set(kept) == {live} and "running" in kept[live]["reason"]
+    assert staging_branches(repo) == []  # the live attempt deleted its own branch when done
+
+
+def test_unidentified_branch_deleted_after_max_age(
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    leave_branch_at("after_job", lakefs_controls)
+    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    (left,) = staging_branches(repo)
+    # No publishers given and no record on the branch: the first sight only starts the clock...
+    first = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")
+    assert first["return_value"]["deleted"] == []
+    assert "cannot be identified" in by_branch(first["return_value"]["kept"])[left]["reason"]
+    assert first["first_seen"][left][0] == input_commit
+    time.sleep(1.1)
+    # ...and a later run that finds it unchanged for max_age (1 s) deletes it.
+    second = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert set(by_branch(second["deleted"])) == {left}
+    assert staging_branches(repo) == []
+
+
+def test_operator_marks_the_branch_it_keeps_as_evidence(publishers: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    error = publishers.FAILURES[("lf_test_workspace", 1)]
+    head = repo.branch(error.staging_branch).get_commit()
+    assert evidence_of(head.metadata) == "PublishFenceError"
+    record = decode_metadata(head.metadata)
+    assert record is not None and record.attempt.try_number == 1 and record.input_ref == input_commit

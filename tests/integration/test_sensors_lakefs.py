@@ -1,0 +1,186 @@
+"""LakeFSCommitSensor and LakeFSFileSensor end to end (poke, reschedule and deferrable modes), with
+lakeFS call counts from the local server's request counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from tests.conftest import load_dag_module
+from tests.integration.helpers import commit_files, run_dag, xcoms
+from tests.integration.sensor_helpers import after, sensor_waits, waited_how
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
+
+
+@pytest.fixture
+def sensors() -> Any:
+    return load_dag_module("testdags/sensor_test_dags.py")
+
+
+@pytest.fixture
+def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+
+
+def test_commit_sensor_sees_a_new_commit_with_two_calls(
+    sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, seed = seeded
+    new = commit_files(repo, "main", {"any/x.txt": "x"}, "new")
+    lakefs_controls.reset_counts()
+    dr = run_dag(sensors.commit_dag, {"repository": repo.id, "since_ref": seed})
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == new
+    assert lakefs_controls.counts() == {"getCommit": 2}  # HEAD, then since_ref
+
+
+def test_commit_sensor_waits_while_nothing_moved(
+    sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, seed = seeded
+    lakefs_controls.reset_counts()
+    dr = run_dag(sensors.commit_dag, {"repository": repo.id, "since_ref": seed})
+    assert dr.state == "failed"  # timed out after 1 s
+    counts = lakefs_controls.counts()
+    assert set(counts) == {"getCommit"} and counts["getCommit"] >= 2  # one call per poke
+
+
+def test_commit_sensor_prefix_ignores_other_paths(
+    sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, seed = seeded
+    commit_files(repo, "main", {"other/x.txt": "x"}, "elsewhere")
+    conf = {"repository": repo.id, "since_ref": seed, "prefix": "tables/"}
+    assert run_dag(sensors.commit_dag, conf).state == "failed"
+    wanted = commit_files(repo, "main", {"tables/t/part-0.parquet": "p"}, "table")
+    lakefs_controls.reset_counts()
+    dr = run_dag(sensors.commit_dag, conf)
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == wanted
+    assert lakefs_controls.counts() == {"getCommit": 1, "diffRefs": 1}
+
+
+def test_commit_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, seed = seeded
+    made: list[str] = []
+    late = lambda: made.append(commit_files(repo, "main", {"tables/a.txt": "a"}, "late"))  # noqa: E731
+    with after(0.2, late, once=sensor_waits("lf_sense_commit_deferred", "deferred")) as errors:
+        dr = run_dag(sensors.commit_deferred_dag, {"repository": repo.id, "since_ref": seed, "prefix": "tables/"})
+    assert not errors
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == made[0]
+    assert waited_how(dr)["deferred"]
+
+
+def test_commit_sensor_reschedule(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, seed = seeded
+    made: list[str] = []
+    late = lambda: made.append(commit_files(repo, "main", {"b.txt": "b"}, "late"))  # noqa: E731
+    with after(0.2, late, once=sensor_waits("lf_sense_commit_reschedule", "rescheduled")) as errors:
+        dr = run_dag(sensors.commit_reschedule_dag, {"repository": repo.id, "since_ref": seed})
+    assert not errors
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == made[0]
+    assert waited_how(dr)["reschedules"] >= 1
+
+
+def test_commit_sensor_unknown_since_ref_fails(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    dr = run_dag(sensors.commit_dag, {"repository": repo.id, "since_ref": "no-such-ref"})
+    assert dr.state == "failed"
+    assert xcoms(dr, "sense").get("return_value") is None
+
+
+def test_file_sensor_finds_a_committed_object(
+    sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, seed = seeded
+    lakefs_controls.reset_counts()
+    dr = run_dag(sensors.file_dag, {"repository": repo.id, "path": "in/data.txt"})
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == seed
+    assert lakefs_controls.counts() == {"getCommit": 1, "statObject": 1}
+
+
+def test_file_sensor_ignores_uncommitted_objects(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    repo.branch("main").object("late/x.txt").upload(b"x", pre_sign=False)  # staged, not committed
+    dr = run_dag(sensors.file_dag, {"repository": repo.id, "path": "late/x.txt"})
+    assert dr.state == "failed"
+
+
+def test_file_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    made: list[str] = []
+    late = lambda: made.append(commit_files(repo, "main", {"late/x.txt": "x"}, "late"))  # noqa: E731
+    with after(0.2, late, once=sensor_waits("lf_sense_file_deferred", "deferred")) as errors:
+        dr = run_dag(sensors.file_deferred_dag, {"repository": repo.id, "path": "late/x.txt"})
+    assert not errors
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == made[0]
+    assert waited_how(dr)["deferred"]
+
+
+def test_prefix_file_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+    repo, _ = seeded
+    made: list[str] = []
+    late = lambda: made.append(commit_files(repo, "main", {"tables/t/p0": "0", "tables/t/p1": "1"}, "t"))  # noqa: E731
+    with after(0.2, late, once=sensor_waits("lf_sense_prefix_deferred", "deferred")) as errors:
+        dr = run_dag(sensors.prefix_deferred_dag, {"repository": repo.id, "prefix": "tables/t/"})
+    assert not errors
+    assert dr.state == "success"
+    assert xcoms(dr, "sense")["return_value"] == made[0]
+    assert waited_how(dr)["deferred"]
+    # The same probe, measured alone: two calls whatever the prefix holds.
+    from airflow_lakefence.triggers.probes import probe_object
+
+    lakefs_controls.reset_counts()
+    assert probe_object(LakeFSHook().client, repository=repo.id, ref="main", path=None, prefix="tables/") == made[0]
+    assert lakefs_controls.counts() == {"getCommit": 1, "listObjects": 1}
+
+
+# -- the adapter methods the sensors added (add-only in lakefs_client.py) --------------------
+
+
+def test_adapter_diff_refs_stat_and_one_page_listing(
+    seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    from airflow_lakefence.exceptions import LakeFSNotFoundError
+
+    repo, seed = seeded
+    files = {f"t/p{i}": str(i) for i in range(5)}
+    after_commit = commit_files(repo, "main", {**files, "u/x": "x"}, "five parts")
+    client = LakeFSHook().client
+    lakefs_controls.reset_counts()
+    assert [c.path for c in client.diff_refs(repo.id, seed, after_commit, prefix="t/", limit=2)] == ["t/p0", "t/p1"]
+    assert len(client.diff_refs(repo.id, seed, after_commit)) == 6
+    assert client.diff_refs(repo.id, seed, seed, prefix="t/", limit=1) == []
+    assert client.list_objects_page(repo.id, after_commit, "t/", amount=1) == ["t/p0"]
+    assert client.list_objects_page(repo.id, after_commit, "none/") == []
+    info = client.stat_object(repo.id, after_commit, "t/p3")
+    assert info.path == "t/p3" and info.size_bytes == 1 and info.checksum
+    assert lakefs_controls.counts() == {"diffRefs": 3, "listObjects": 2, "statObject": 1}
+    with pytest.raises(LakeFSNotFoundError):
+        client.stat_object(repo.id, seed, "t/p3")
+    with pytest.raises(ValueError, match="diff_type"):
+        client.diff_refs(repo.id, seed, after_commit, diff_type="one_dot")
+    with pytest.raises(ValueError, match="limit"):
+        client.diff_refs(repo.id, seed, after_commit, limit=0)
+    created = client.get_commit(repo.id, after_commit).creation_date
+    assert created is not None and abs(created - __import__("time").time()) < 600
+
+
+def test_adapter_diff_refs_follows_pagination(seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+    repo, seed = seeded
+    ref = repo.branch("main")
+    for i in range(1005):
+        ref.object(f"many/{i:05d}").upload(b"x", pre_sign=False)
+    head = ref.commit("many").get_commit().id
+    client = LakeFSHook().client
+    lakefs_controls.reset_counts()
+    assert len(client.diff_refs(repo.id, seed, head, limit=2000)) == 1005
+    assert lakefs_controls.counts() == {"diffRefs": 2}

@@ -1,0 +1,171 @@
+"""The attempt driver: one try of a fenced task, in its own process.
+
+``python -m tests.reliability.driver SPEC.json`` runs the **real**
+``FencedSparkPublishOperator.execute(context)`` with a context whose Airflow side (``ti``,
+``task_state_store``) is the shared :class:`~tests.reliability.registry.AttemptRegistry`; lakeFS is
+the real (local) server over HTTP, the Spark engine the fake spark-submit running
+``tests/reliability/race_job.py``. Connections come from ``AIRFLOW_CONN_*`` environment variables.
+
+The spec (JSON): ``registry`` (path), ``ti_id`` or ``await_try`` (``{dag_id, run_id, task_id,
+try_number, delay}``: import everything, then wait until the scheduler mints that try and start
+``delay`` seconds later, so a process's start-up time does not decide the interleaving),
+``result`` (path of the outcome file), ``operator`` (keyword arguments of the operator:
+repository, target_branch, input_ref, write_mode...), ``job`` (the race_job spec), ``delays``
+(``{failpoint: seconds}``: a sleep at that boundary), ``waits`` (``{failpoint: [who, what, point]}``:
+block at that boundary until the timeline shows the event, for interleavings chosen exactly).
+
+Every failpoint reached and every publish-fence decision is appended to the registry's timeline.
+``LAKEFENCE_FAILPOINTS=<point>=exit`` in the environment crashes the process there (exit code 86,
+no ``except``/``finally`` runs). Otherwise the outcome file gets ``{"status": "success", "output_ref"}``
+or ``{"status": "error", "type", "types", "message", "staging_branch"}``; the exit code is 0 or 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+FAKE_SPARK_DIR = REPO / "tests" / "fake_spark"
+JOB = HERE / "race_job.py"
+
+
+def _write(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fd:
+        json.dump(payload, fd, default=str)
+    os.replace(tmp, path)
+
+
+def preload() -> None:
+    """Import everything an attempt needs (the fork server calls this once, before forking)."""
+    import lakefs  # noqa: F401
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: F401
+    from airflow.sdk import BaseHook  # noqa: F401
+    from airflow.sdk.bases.operator import ExecutorSafeguard  # noqa: F401
+
+    from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator  # noqa: F401
+    from tests.reliability.registry import AttemptRegistry  # noqa: F401
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Run one attempt as ``spec`` says; return the exit code (0 success, 1 error)."""
+    from airflow.sdk.bases.operator import ExecutorSafeguard
+
+    from airflow_lakefence import failpoints
+    from airflow_lakefence.operators import fenced_spark
+    from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
+    from tests.reliability.registry import AttemptRegistry, StandInTaskInstance, StandInTaskStateStore
+
+    registry = AttemptRegistry(spec["registry"])
+    ti_id = spec.get("ti_id")
+    if ti_id is None:
+        wanted = spec["await_try"]
+        deadline = time.monotonic() + float(wanted.get("timeout", 120))
+        while (
+            ti_id := registry.find_try(wanted["dag_id"], wanted["run_id"], wanted["task_id"], wanted["try_number"])
+        ) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"try {wanted['try_number']} was never started")
+            time.sleep(0.02)
+        time.sleep(float(wanted.get("delay", 0)))
+    row = registry.ti(ti_id)
+    who = f"try{row.try_number}"
+    delays: dict[str, float] = spec.get("delays", {})
+    waits: dict[str, list[Any]] = spec.get("waits", {})
+
+    phase = {"publishing": False}
+
+    def at_point(point: str) -> Any:
+        def callback() -> None:
+            registry.record(who, "point", {"point": point})
+            if point == "after_fence_2":
+                phase["publishing"] = True
+            if point in waits:
+                registry.wait_for(*waits[point])
+                registry.record(who, "waited", {"point": point, "for": waits[point]})
+            if delays.get(point):
+                time.sleep(delays[point])
+
+        return callback
+
+    for point in failpoints.POINTS:
+        failpoints.arm(point, at_point(point))
+
+    original_decide = fenced_spark.decide_publish
+
+    def recording_decide(head: Any, input_ref: str, attempt: Any, changed: bool, staged: str) -> Any:
+        decision = original_decide(head, input_ref, attempt, changed, staged)
+        registry.record(
+            who,
+            "decision",
+            {
+                "head": head.commit_id,
+                "action": decision.action.value,
+                "output_ref": decision.output_ref,
+                "early": not phase["publishing"],  # the pre-job check, which never acts
+            },
+        )
+        return decision
+
+    fenced_spark.decide_publish = recording_decide  # observed, not changed
+
+    kwargs = dict(spec["operator"])
+    job = json.dumps(spec.get("job", {}))
+    operator = FencedSparkPublishOperator(
+        task_id=row.task_id,
+        conn_id=kwargs.pop("conn_id", "spark_local"),
+        application=str(JOB),
+        application_args=[f"spec={job}"],
+        env_vars={
+            "PATH": f"{FAKE_SPARK_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+            "LAKEFENCE_TEST_PYTHON": sys.executable,
+        },
+        stale_grace_period=kwargs.pop("stale_grace_period", 0),
+        **kwargs,
+    )
+    ti = StandInTaskInstance(registry, row)
+    context = {"ti": ti, "task_instance": ti, "task_state_store": StandInTaskStateStore(registry, row.id)}
+    registry.record(who, "start", {"ti_id": row.id, "pid": os.getpid()})
+    try:
+        # The sentinel is how Airflow's task runner calls execute (no "outside the Task Runner" guard).
+        output_ref = operator.execute(
+            context, **{"FencedSparkPublishOperator__sentinel": ExecutorSafeguard.sentinel_value}
+        )
+    except BaseException as exc:
+        outcome = {
+            "status": "error",
+            "type": type(exc).__name__,
+            "types": [cls.__name__ for cls in type(exc).__mro__],
+            "message": str(exc),
+            "staging_branch": getattr(exc, "staging_branch", None),
+            "traceback": traceback.format_exc(),
+        }
+        registry.record(who, "end", {"status": "error", "type": type(exc).__name__})
+        registry.finish(row.id, "failed")
+        _write(spec["result"], {**outcome, "ti_id": row.id})
+        return 1
+    registry.record(who, "end", {"status": "success", "output_ref": output_ref})
+    registry.finish(row.id, "success")
+    _write(spec["result"], {"status": "success", "output_ref": output_ref, "ti_id": row.id})
+    return 0
+
+
+def main() -> None:
+    with open(sys.argv[1]) as fd:
+        spec = json.load(fd)
+    code = run(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown (Airflow's atexit hooks take seconds); the outcome file is written.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The abandoned-publication decision (core/abandoned.py), exhaustively over its inputs."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from airflow_lakefence.core.abandoned import (
+    FAILED_STATES,
+    LIVE_STATES,
+    PENDING_STATES,
+    Judgement,
+    PublisherScope,
+    PublisherState,
+    Verdict,
+    condition_met,
+    judge,
+    needs_output_ref,
+    needs_staging_listing,
+    newest_try,
+    normalise_state,
+    publication_of,
+    state_from_task_states,
+)
+from airflow_lakefence.core.fence import HeadState
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.naming import staging_branch_name
+
+KEY = PublicationKey("dag", "run1", "publish")
+MAPPED = PublicationKey("dag", "run1", "publish", 3)
+INPUT = "i" * 64
+HEAD = "h" * 64
+ALL_STATES = sorted(LIVE_STATES | PENDING_STATES | FAILED_STATES | {"success"})
+
+
+def head_of(
+    key: PublicationKey = KEY, try_number: int = 1, role: str = ROLE_PUBLISH
+) -> tuple[HeadState, LakefenceRecord]:
+    record = LakefenceRecord(AttemptId(key, try_number, f"ti-{try_number}"), role, INPUT)
+    return HeadState(HEAD, (INPUT, "s" * 64), encode_metadata(record)), record
+
+
+def test_a_commit_without_record_is_not_a_publication() -> None:
+    result = publication_of(HeadState(HEAD, (INPUT,), {"user": "x"}))
+    assert isinstance(result, Judgement) and result.verdict is Verdict.NOT_A_PUBLICATION and result.readable
+
+
+@pytest.mark.parametrize(
+    ("scope", "in_scope"),
+    [
+        (None, True),
+        (PublisherScope(), True),
+        (PublisherScope("dag"), True),
+        (PublisherScope("dag", "publish"), True),
+        (PublisherScope("dag", "other"), False),
+        (PublisherScope("other"), False),
+        (PublisherScope("other", "publish"), False),
+    ],
+)
+def test_scope(scope: PublisherScope | None, in_scope: bool) -> None:
+    head, record = head_of()
+    result = publication_of(head, scope)
+    if in_scope:
+        assert result == record
+    else:
+        assert isinstance(result, Judgement) and result.verdict is Verdict.OUT_OF_SCOPE and result.readable
+
+
+def test_scope_task_needs_dag() -> None:
+    with pytest.raises(ValueError, match="needs its dag_id"):
+        PublisherScope(None, "publish")
+
+
+@pytest.mark.parametrize("role", [ROLE_PUBLISH, ROLE_STAGE])
+@pytest.mark.parametrize("state", [*ALL_STATES, None, "some_future_state"])
+@pytest.mark.parametrize("output_ref", [None, HEAD, "other"])
+@pytest.mark.parametrize("newest", [None, 1, 2])
+def test_judge_is_total_and_matches_the_table(
+    role: str, state: str | None, output_ref: str | None, newest: int | None
+) -> None:
+    head, record = head_of(role=role)
+    result = judge(head, record, PublisherState(state, output_ref, newest))
+    assert result.head == HEAD and result.record == record and result.state == state
+    if state is None:
+        expected = Verdict.ABANDONED
+    elif state == "success":
+        expected = Verdict.SETTLED if output_ref == HEAD else Verdict.ABANDONED
+    elif state in LIVE_STATES:
+        expected = Verdict.ABANDONED if newest == 2 else Verdict.IN_FLIGHT
+    elif state in PENDING_STATES or state in FAILED_STATES:
+        expected = Verdict.ABANDONED
+    else:
+        expected = Verdict.IN_FLIGHT  # unknown states never raise an alarm
+    assert result.verdict is expected, result.reason
+    assert result.retry_pending == (state in PENDING_STATES)
+    assert result.replacement_running == (state in LIVE_STATES and newest == 2)
+    assert result.readable == (expected is Verdict.SETTLED)
+    assert "try 1" in result.reason
+
+
+def test_a_staging_branch_of_the_same_try_is_no_proof_of_a_newer_try() -> None:
+    head, record = head_of(try_number=2)
+    for newest in (None, 1, 2):
+        assert judge(head, record, PublisherState("running", None, newest)).verdict is Verdict.IN_FLIGHT
+    assert judge(head, record, PublisherState("running", None, 3)).verdict is Verdict.ABANDONED
+
+
+@pytest.mark.parametrize(
+    ("verdict", "flags", "detect", "detect_ignoring", "settled"),
+    [
+        (Verdict.ABANDONED, {}, True, True, False),
+        (Verdict.ABANDONED, {"retry_pending": True}, True, False, False),
+        (Verdict.ABANDONED, {"replacement_running": True}, True, False, False),
+        (Verdict.IN_FLIGHT, {}, False, False, False),
+        (Verdict.SETTLED, {}, False, False, True),
+        (Verdict.NOT_A_PUBLICATION, {}, False, False, True),
+        (Verdict.OUT_OF_SCOPE, {}, False, False, True),
+    ],
+)
+def test_conditions(
+    verdict: Verdict, flags: dict[str, bool], detect: bool, detect_ignoring: bool, settled: bool
+) -> None:
+    judgement = Judgement(verdict, "r", HEAD, **flags)
+    assert condition_met("detect", judgement) is detect
+    assert condition_met("detect", judgement, ignore_repairs_underway=True) is detect_ignoring
+    assert condition_met("settled", judgement) is settled
+    with pytest.raises(ValueError, match="condition"):
+        condition_met("wait", judgement)
+
+
+@pytest.mark.parametrize("state", [*ALL_STATES, None])
+def test_what_to_read(state: str | None) -> None:
+    assert needs_output_ref(state) == (state == "success")
+    assert needs_staging_listing(state) == (state in LIVE_STATES)
+
+
+class _Enum:
+    value = "RUNNING"
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, "none"), ("success", "success"), (_Enum(), "running")])
+def test_normalise_state(raw: object, expected: str) -> None:
+    assert normalise_state(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "key", "expected"),
+    [
+        ({"run1": {"publish": "failed"}}, KEY, "failed"),
+        ({"run1": {"publish": None}}, KEY, "none"),
+        ({"run1": {"publish_3": "running", "publish": "x"}}, MAPPED, "running"),
+        ({"run1": {"publish_2": "running"}}, MAPPED, None),
+        ({"run2": {"publish": "failed"}}, KEY, None),
+        ({}, KEY, None),
+        ({"run1": "garbage"}, KEY, None),
+        (None, KEY, None),
+    ],
+)
+def test_state_from_task_states(answer: object, key: PublicationKey, expected: str | None) -> None:
+    assert state_from_task_states(answer, key) == expected
+
+
+def test_newest_try_counts_only_the_keys_own_branches() -> None:
+    names = [staging_branch_name(AttemptId(KEY, n, f"ti{n}")) for n in (1, 3, 2)]
+    other = staging_branch_name(AttemptId(PublicationKey("dag", "run2", "publish"), 9, "x"))
+    assert newest_try([*names, other, "main", "lakefence-garbage"], KEY, "lakefence") == 3
+    assert newest_try([other], KEY, "lakefence") is None
+
+
+def test_to_dict_is_json_ready() -> None:
+    import json
+
+    head, record = head_of(MAPPED, 2, ROLE_STAGE)
+    data = judge(head, record, PublisherState("failed")).to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert (data["verdict"], data["try_number"], data["map_index"], data["role"]) == ("abandoned", 2, 3, "stage")
+    assert set(data) >= {"dag_id", "run_id", "task_id", "ti_id", "input_ref", "head", "state", "reason"}
+
+
+def test_every_state_class_is_disjoint() -> None:
+    for a, b in itertools.combinations([LIVE_STATES, PENDING_STATES, FAILED_STATES, {"success"}], 2):
+        assert not set(a) & set(b)

@@ -1,0 +1,162 @@
+"""The cleaner's rules (core/cleanup.py), exhaustively over its inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_lakefence.core.abandoned import FAILED_STATES, LIVE_STATES, PENDING_STATES
+from airflow_lakefence.core.cleanup import (
+    EVIDENCE_KEY,
+    StagingBranch,
+    evidence_metadata,
+    evidence_of,
+    inspect_branch,
+    known_keys,
+    plan_cleanup,
+    remember,
+)
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.naming import key_hash, staging_branch_name
+
+KEY = PublicationKey("dag", "run1", "publish")
+OTHER = PublicationKey("dag", "run0", "publish")
+INPUT = "i" * 64
+STATES = sorted(LIVE_STATES | PENDING_STATES | FAILED_STATES | {"success"})
+
+
+def attempt(try_number: int, key: PublicationKey = KEY) -> AttemptId:
+    return AttemptId(key, try_number, f"ti-{key.run_id}-{try_number}")
+
+
+def staged(try_number: int = 1, key: PublicationKey = KEY, evidence: str | None = None) -> StagingBranch:
+    a = attempt(try_number, key)
+    meta = evidence_metadata(a, INPUT, evidence) if evidence else encode_metadata(LakefenceRecord(a, ROLE_STAGE, INPUT))
+    branch = inspect_branch(staging_branch_name(a), f"c{try_number}", meta, "lakefence")
+    assert branch is not None
+    return branch
+
+
+def unstaged(try_number: int = 1, key: PublicationKey = KEY) -> StagingBranch:
+    # HEAD is the input commit, which carries the *previous* run's publish record.
+    previous = encode_metadata(LakefenceRecord(attempt(1, OTHER), ROLE_PUBLISH, "p" * 64))
+    branch = inspect_branch(staging_branch_name(attempt(try_number, key)), INPUT, previous, "lakefence")
+    assert branch is not None
+    return branch
+
+
+def plan(branches: list[StagingBranch], **kwargs: object) -> dict[str, tuple[bool, str]]:
+    options: dict[str, object] = {"keys": known_keys(branches), "states": {}, "first_seen": {}, "now": 1000.0}
+    options.update(kwargs)
+    return {d.branch: (d.delete, d.reason) for d in plan_cleanup(branches, **options)}  # type: ignore[arg-type]
+
+
+def test_evidence_marker_round_trip() -> None:
+    meta = evidence_metadata(attempt(2), INPUT, "PublishRaceError")
+    assert evidence_of(meta) == "PublishRaceError"
+    record = decode_metadata(meta)
+    assert record is not None and record.role == ROLE_STAGE and record.attempt == attempt(2)
+    assert evidence_of({}) is None and evidence_of(None) is None and evidence_of({EVIDENCE_KEY: ""}) is None
+    with pytest.raises(ValueError, match="class name"):
+        evidence_metadata(attempt(1), INPUT, "")
+
+
+def test_inspect_branch() -> None:
+    assert inspect_branch("main", "c", {}, "lakefence") is None
+    assert inspect_branch(staging_branch_name(attempt(1)), "c", {}, "other") is None
+    assert staged().record is not None and staged().evidence is None
+    assert staged(evidence="PublishFenceError").evidence == "PublishFenceError"
+    # A record of another attempt on HEAD (the input's own publication) is not this branch's record.
+    assert unstaged().record is None
+    # Nor is another try's stage record, nor an evidence key on a commit that is not the branch's.
+    other_try = encode_metadata(LakefenceRecord(attempt(2), ROLE_STAGE, INPUT))
+    assert inspect_branch(staging_branch_name(attempt(1)), "c", other_try, "lakefence").record is None  # type: ignore[union-attr]
+    foreign_evidence = evidence_metadata(attempt(1, OTHER), INPUT, "PublishFenceError")
+    branch = inspect_branch(staging_branch_name(attempt(1)), "c", foreign_evidence, "lakefence")
+    assert branch is not None and branch.evidence is None
+
+
+@pytest.mark.parametrize("state", [*STATES, None])
+@pytest.mark.parametrize("is_staged", [True, False])
+def test_identified_branch_follows_the_task_instance_state(state: str | None, is_staged: bool) -> None:
+    branch = staged() if is_staged else unstaged()
+    decisions = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: state})
+    delete, reason = decisions[branch.name]
+    assert delete == (state not in LIVE_STATES), reason
+    if state is None:
+        assert "no longer exists" in reason
+
+
+def test_a_newer_try_kills_the_older_whatever_the_state() -> None:
+    old, new = unstaged(1), staged(2)
+    for state in ("running", "none", None):
+        decisions = plan([old, new], states={KEY: state})
+        assert decisions[old.name] == (True, "try 2 of the same task instance exists")
+        assert decisions[new.name][0] == (state != "running")
+
+
+def test_an_unstaged_sibling_of_a_staged_branch_is_identified_by_its_key_hash() -> None:
+    old, new = unstaged(1), staged(1, evidence=None)
+    assert old.info.key_hash == new.info.key_hash
+    keys = known_keys([old])
+    assert keys == {}
+    assert known_keys([old, new]) == {key_hash(KEY): KEY}
+    assert known_keys([old], [KEY]) == {key_hash(KEY): KEY}
+
+
+@pytest.mark.parametrize("state", ["failed", "running", None])
+@pytest.mark.parametrize("delete_evidence", [False, True])
+def test_evidence_is_kept_unless_asked(state: str | None, delete_evidence: bool) -> None:
+    branch = staged(evidence="PublishFenceError")
+    delete, reason = plan([branch], states={KEY: state}, delete_evidence=delete_evidence)[branch.name]
+    if not delete_evidence:
+        assert not delete and "evidence of PublishFenceError" in reason
+    else:
+        assert delete == (state != "running")
+
+
+def test_evidence_is_kept_even_with_a_newer_try() -> None:
+    branch, newer = staged(1, evidence="PublishFenceError"), staged(2)
+    assert plan([branch, newer], states={KEY: "running"})[branch.name][0] is False
+
+
+@pytest.mark.parametrize(
+    ("max_age", "seen", "delete"),
+    [
+        (None, None, False),
+        (None, (INPUT, 0.0), False),
+        (60.0, None, False),  # first sight: only starts the clock
+        (60.0, (INPUT, 950.0), False),  # seen 50 s ago
+        (60.0, (INPUT, 940.0), True),  # seen 60 s ago, unchanged
+        (60.0, ("moved", 0.0), False),  # HEAD changed since: the clock restarts
+        (0.0, (INPUT, 1000.0), True),
+    ],
+)
+def test_unidentified_branch_needs_max_age_of_observation(
+    max_age: float | None, seen: tuple[str, float] | None, delete: bool
+) -> None:
+    branch = unstaged()
+    first_seen = {} if seen is None else {branch.name: seen}
+    decided, reason = plan([branch], keys={}, first_seen=first_seen, max_age=max_age)[branch.name]
+    assert decided is delete, reason
+
+
+def test_a_key_not_looked_up_is_kept() -> None:
+    branch = staged()
+    assert plan([branch], states={})[branch.name] == (False, "its task instance's state was not looked up")
+
+
+def test_remember_keeps_the_first_sighting_of_an_unchanged_head() -> None:
+    kept, gone = unstaged(1), staged(1, OTHER)
+    decisions = plan_cleanup([kept, gone], keys={}, states={OTHER: "failed"}, first_seen={}, now=10.0)
+    assert [d.delete for d in decisions] == [False, True]
+    memory = remember([kept, gone], decisions, {kept.name: (INPUT, 3.0), gone.name: ("c1", 1.0)}, 10.0)
+    assert memory == {kept.name: (INPUT, 3.0)}
+    assert remember([kept, gone], decisions, {kept.name: ("moved", 3.0)}, 10.0) == {kept.name: (INPUT, 10.0)}
+
+
+def test_decision_to_dict() -> None:
+    (decision,) = plan_cleanup([staged()], keys={}, states={KEY: "failed"}, first_seen={}, now=0.0)
+    data = decision.to_dict()
+    assert data["dag_id"] == "dag" and data["run_id"] == "run1" and data["try_number"] == 1
+    assert data["evidence"] is None and data["head"] == "c1" and "failed" in data["reason"]
