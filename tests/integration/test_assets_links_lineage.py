@@ -130,11 +130,12 @@ def test_openlineage_events_through_the_file_transport(
     log_file = tmp_path / "lineage.jsonl"
     # The OpenLineage listener registers when Airflow loads its plugins: a fresh process with the
     # transport configured, on the same metadata DB.
+    dag_file = str(DAGS_FOLDER / "testdags" / "fenced_test_dags.py")
     script = textwrap.dedent(
         f"""
         import importlib.util, json, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        spec = importlib.util.spec_from_file_location("lineage_dags", {str(DAGS_FOLDER / "testdags" / "fenced_test_dags.py")!r})
+        spec = importlib.util.spec_from_file_location("lineage_dags", {dag_file!r})
         module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
         conf = {{"repository": "lakefence-assets", "target": "main", "input_ref": {input_commit!r},
                  "job": {{"files": {{"out/x.txt": "X"}}}}, "output_prefixes": ["out/"]}}

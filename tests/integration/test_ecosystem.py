@@ -25,9 +25,8 @@ def test_provider_info_matches_airflows_schema() -> None:
 @pytest.mark.usefixtures("airflow_db")
 def test_connection_form_metadata_through_the_rest_api(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the UI's connection form is built from: GET /ui/connections/hook_meta."""
-    from fastapi.testclient import TestClient
-
     from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
 
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
     response = TestClient(create_app("core")).get("/ui/connections/hook_meta")

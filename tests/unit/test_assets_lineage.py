@@ -7,8 +7,8 @@ import urllib.parse
 import pytest
 
 from airflow_lakefence.assets import create_asset, event_extra, parse_uri, sanitize_uri
-from airflow_lakefence.links import branch_url, commit_url
 from airflow_lakefence.lineage import namespace, operator_lineage
+from airflow_lakefence.links import branch_url, commit_url
 
 
 @pytest.mark.parametrize(
