@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import http
+import itertools
 import json
 import os
 import urllib.parse
@@ -252,6 +253,21 @@ class LakeFSClient:
         )
         return retrying(once)
 
+    def _paginate(self, operation: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """Yield the results of a paginated listing, one idempotent call per page."""
+        after = ""
+        while True:
+            page = self._call(
+                operation,
+                what,
+                functools.partial(fn, *args, after=after, _request_timeout=self._timeout, **kwargs),
+                idempotent=True,
+            )
+            yield from page.results
+            if not page.pagination.has_more:
+                return
+            after = page.pagination.next_offset
+
     # -- repositories ------------------------------------------------------------------------
 
     def get_repository(self, repository: str) -> dict[str, Any]:
@@ -367,27 +383,16 @@ class LakeFSClient:
         :return: ``(name, commit_id)`` pairs in name order.
         :raises LakeFSError: on failure.
         """
-        result: list[tuple[str, str]] = []
-        after = ""
-        while True:
-            page = self._call(
-                "list_branches",
-                f"branches {prefix!r}* in {repository!r}",
-                functools.partial(
-                    self._api.branches_api.list_branches,
-                    repository,
-                    prefix=prefix,
-                    after=after,
-                    amount=1000,
-                    show_hidden=show_hidden,
-                    _request_timeout=self._timeout,
-                ),
-                idempotent=True,
-            )
-            result.extend((ref.id, ref.commit_id) for ref in page.results)
-            if not page.pagination.has_more:
-                return result
-            after = page.pagination.next_offset
+        pages = self._paginate(
+            "list_branches",
+            f"branches {prefix!r}* in {repository!r}",
+            self._api.branches_api.list_branches,
+            repository,
+            prefix=prefix,
+            amount=1000,
+            show_hidden=show_hidden,
+        )
+        return [(ref.id, ref.commit_id) for ref in pages]
 
     def merge(
         self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
@@ -443,28 +448,17 @@ class LakeFSClient:
         :param amount: page size.
         :raises LakeFSError: on failure.
         """
-        after = ""
-        while True:
-            page = self._call(
-                "diff_branch",
-                f"branch {branch!r} in {repository!r}",
-                functools.partial(
-                    self._api.branches_api.diff_branch,
-                    repository,
-                    branch,
-                    after=after,
-                    amount=amount,
-                    prefix=prefix,
-                    delimiter=delimiter,
-                    _request_timeout=self._timeout,
-                ),
-                idempotent=True,
-            )
-            for item in page.results:
-                yield ChangedPath(item.path, item.type, item.path_type)
-            if not page.pagination.has_more:
-                return
-            after = page.pagination.next_offset
+        for item in self._paginate(
+            "diff_branch",
+            f"branch {branch!r} in {repository!r}",
+            self._api.branches_api.diff_branch,
+            repository,
+            branch,
+            amount=amount,
+            prefix=prefix,
+            delimiter=delimiter,
+        ):
+            yield ChangedPath(item.path, item.type, item.path_type)
 
     def paths_outside(self, repository: str, branch: str, prefixes: Iterable[str], *, limit: int = 10) -> list[str]:
         """Find uncommitted changes outside ``prefixes``, descending one path level at a time.
@@ -581,27 +575,16 @@ class LakeFSClient:
         :param prefix: the path prefix.
         :raises LakeFSError: on failure.
         """
-        paths: list[str] = []
-        after = ""
-        while True:
-            page = self._call(
-                "list_objects",
-                f"objects {prefix!r}* at {ref!r} in {repository!r}",
-                functools.partial(
-                    self._api.objects_api.list_objects,
-                    repository,
-                    ref,
-                    prefix=prefix,
-                    after=after,
-                    amount=1000,
-                    _request_timeout=self._timeout,
-                ),
-                idempotent=True,
-            )
-            paths.extend(item.path for item in page.results)
-            if not page.pagination.has_more:
-                return paths
-            after = page.pagination.next_offset
+        pages = self._paginate(
+            "list_objects",
+            f"objects {prefix!r}* at {ref!r} in {repository!r}",
+            self._api.objects_api.list_objects,
+            repository,
+            ref,
+            prefix=prefix,
+            amount=1000,
+        )
+        return [item.path for item in pages]
 
     def stat_object(self, repository: str, ref: str, path: str) -> ObjectInfo:
         """Return one object's stats (one call, no data read).
@@ -676,26 +659,16 @@ class LakeFSClient:
             raise ValueError(f"diff_type must be two_dot or three_dot, got {diff_type!r}")
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        result: list[ChangedPath] = []
-        after = ""
-        while True:
-            page = self._call(
-                "diff_refs",
-                f"{left!r}..{right!r} in {repository!r}",
-                functools.partial(
-                    self._api.refs_api.diff_refs,
-                    repository,
-                    left,
-                    right,
-                    after=after,
-                    amount=min(1000, limit - len(result)),
-                    prefix=prefix,
-                    type=diff_type,
-                    _request_timeout=self._timeout,
-                ),
-                idempotent=True,
-            )
-            result.extend(ChangedPath(item.path, item.type, item.path_type) for item in page.results)
-            if len(result) >= limit or not page.pagination.has_more:
-                return result[:limit]
-            after = page.pagination.next_offset
+        pages = self._paginate(
+            "diff_refs",
+            f"{left!r}..{right!r} in {repository!r}",
+            self._api.refs_api.diff_refs,
+            repository,
+            left,
+            right,
+            amount=min(1000, limit),
+            prefix=prefix,
+            type=diff_type,
+        )
+        # islice stops pulling at the limit, so no page past it is requested.
+        return [ChangedPath(i.path, i.type, i.path_type) for i in itertools.islice(pages, limit)]
