@@ -48,6 +48,8 @@ def test_connection_form_metadata_through_the_rest_api(monkeypatch: pytest.Monke
     [
         (["providers", "list"], "airflow-provider-lakefence"),
         (["providers", "hooks"], "airflow_lakefence.hooks.lakefs.LakeFSHook"),
+        (["providers", "links"], "airflow_lakefence.links.LakeFSCommitLink"),
+        (["providers", "triggers"], "\"class\": \"airflow_lakefence.triggers.lakefs\""),
     ],
 )
 def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> None:
@@ -69,6 +71,8 @@ def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> No
         "airflow_lakefence.exceptions",
         "airflow_lakefence.hooks",
         "airflow_lakefence.operators",
+        "airflow_lakefence.sensors",
+        "airflow_lakefence.triggers",
         "airflow_lakefence.spark",
         "airflow_lakefence.testing.lakefs_server",
     ],

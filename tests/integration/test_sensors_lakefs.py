@@ -34,8 +34,11 @@ def test_commit_sensor_sees_a_new_commit_with_two_calls(
     lakefs_controls.reset_counts()
     dr = run_dag(sensors.commit_dag, {"repository": repo.id, "since_ref": seed})
     assert dr.state == "success"
-    assert xcoms(dr, "sense")["return_value"] == new
+    values = xcoms(dr, "sense")
+    assert values["return_value"] == new
     assert lakefs_controls.counts() == {"getCommit": 2}  # HEAD, then since_ref
+    # The "lakeFS commit" extra link points at the commit the sensor saw.
+    assert values["_link_LakeFSSensorCommitLink"].endswith(f"/repositories/{repo.id}/commits/{new}")
 
 
 def test_commit_sensor_waits_while_nothing_moved(
@@ -102,8 +105,10 @@ def test_file_sensor_finds_a_committed_object(
     lakefs_controls.reset_counts()
     dr = run_dag(sensors.file_dag, {"repository": repo.id, "path": "in/data.txt"})
     assert dr.state == "success"
-    assert xcoms(dr, "sense")["return_value"] == seed
+    values = xcoms(dr, "sense")
+    assert values["return_value"] == seed
     assert lakefs_controls.counts() == {"getCommit": 1, "statObject": 1}
+    assert values["_link_LakeFSSensorCommitLink"].endswith(f"/repositories/{repo.id}/commits/{seed}")
 
 
 def test_file_sensor_ignores_uncommitted_objects(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
