@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -39,8 +39,11 @@ class _LakeFSPollingTrigger(BaseTrigger):
         self.poke_interval = float(poke_interval)
         self.deadline = None if deadline is None else float(deadline)
 
+    #: The subclass's own constructor arguments, serialized by name (all JSON-serializable).
+    _fields: ClassVar[tuple[str, ...]] = ()
+
     def _kwargs(self) -> dict[str, Any]:
-        raise NotImplementedError
+        return {name: getattr(self, name) for name in self._fields}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Return the classpath and JSON-serializable kwargs."""
@@ -104,6 +107,16 @@ class AbandonedPublicationTrigger(_LakeFSPollingTrigger):
     :param deadline: epoch seconds after which the trigger gives up.
     """
 
+    _fields = (
+        "repository",
+        "branch",
+        "condition",
+        "publisher_dag_id",
+        "publisher_task_id",
+        "staging_branch_prefix",
+        "ignore_repairs_underway",
+    )
+
     def __init__(
         self,
         *,
@@ -128,17 +141,6 @@ class AbandonedPublicationTrigger(_LakeFSPollingTrigger):
         self.publisher_task_id = publisher_task_id
         self.staging_branch_prefix = staging_branch_prefix
         self.ignore_repairs_underway = ignore_repairs_underway
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {
-            "repository": self.repository,
-            "branch": self.branch,
-            "condition": self.condition,
-            "publisher_dag_id": self.publisher_dag_id,
-            "publisher_task_id": self.publisher_task_id,
-            "staging_branch_prefix": self.staging_branch_prefix,
-            "ignore_repairs_underway": self.ignore_repairs_underway,
-        }
 
     def probe(self) -> tuple[bool, Any]:
         """One judgement of the branch's HEAD."""
@@ -169,6 +171,8 @@ class LakeFSCommitTrigger(_LakeFSPollingTrigger):
     :param deadline: epoch seconds after which the trigger gives up.
     """
 
+    _fields = ("repository", "branch", "since_ref", "prefix")
+
     def __init__(
         self,
         *,
@@ -185,14 +189,6 @@ class LakeFSCommitTrigger(_LakeFSPollingTrigger):
         self.branch = branch
         self.since_ref = since_ref
         self.prefix = prefix
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {
-            "repository": self.repository,
-            "branch": self.branch,
-            "since_ref": self.since_ref,
-            "prefix": self.prefix,
-        }
 
     def probe(self) -> tuple[bool, Any]:
         """One look at the branch's HEAD."""
@@ -214,6 +210,8 @@ class LakeFSFileTrigger(_LakeFSPollingTrigger):
     :param deadline: epoch seconds after which the trigger gives up.
     """
 
+    _fields = ("repository", "ref", "path", "prefix")
+
     def __init__(
         self,
         *,
@@ -232,9 +230,6 @@ class LakeFSFileTrigger(_LakeFSPollingTrigger):
         self.ref = ref
         self.path = path
         self.prefix = prefix
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"repository": self.repository, "ref": self.ref, "path": self.path, "prefix": self.prefix}
 
     def probe(self) -> tuple[bool, Any]:
         """One look at the ref."""

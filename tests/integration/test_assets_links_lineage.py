@@ -16,19 +16,12 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import PublishFenceError
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER
 from tests.integration.helpers import commit_files, run_dag, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
 URI = "lakefs://lakefence-assets/main/out"
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
 
 
 @pytest.fixture

@@ -15,27 +15,9 @@ from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
-from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-@pytest.fixture
-def publishers() -> Any:
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
-
-
-@pytest.fixture
-def cleaners() -> Any:
-    return load_dag_module("testdags/sensor_test_dags.py")
-
-
-@pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def test_connection_form_metadata_through_the_rest_api(monkeypatch: pytest.Monke
         (["providers", "list"], "airflow-provider-lakefence"),
         (["providers", "hooks"], "airflow_lakefence.hooks.lakefs.LakeFSHook"),
         (["providers", "links"], "airflow_lakefence.links.LakeFSCommitLink"),
-        (["providers", "triggers"], "\"class\": \"airflow_lakefence.triggers.lakefs\""),
+        (["providers", "triggers"], '"class": "airflow_lakefence.triggers.lakefs"'),
     ],
 )
 def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> None:

@@ -20,7 +20,6 @@ from airflow_lakefence.exceptions import (
     StaleAttemptError,
     WorkspaceError,
 )
-from tests.conftest import load_dag_module
 from tests.integration.helpers import (
     commit_files,
     read_text,
@@ -32,19 +31,6 @@ from tests.integration.helpers import (
 )
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
-
-
-@pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    """A repository whose ``main`` holds one input commit; returns (repo, input commit id)."""
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:

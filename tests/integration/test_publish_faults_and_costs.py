@@ -10,22 +10,9 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import InputRefError, LakeFSUnavailableError
-from tests.conftest import load_dag_module
-from tests.integration.helpers import commit_files, read_text, run_dag, staging_branches, xcoms
+from tests.integration.helpers import read_text, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
-
-
-@pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any]) -> dict[str, Any]:

@@ -11,28 +11,10 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from tests.conftest import load_dag_module
-from tests.integration.helpers import commit_files, run_dag, ti_state, xcoms
+from tests.integration.helpers import run_dag, ti_state, xcoms
 from tests.integration.sensor_helpers import after, judge_now, sensor_waits, waited_how
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-@pytest.fixture
-def publishers() -> Any:
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
-
-
-@pytest.fixture
-def sensors() -> Any:
-    return load_dag_module("testdags/sensor_test_dags.py")
-
-
-@pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 def publish_conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:

@@ -9,21 +9,10 @@ import lakefs
 import pytest
 
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, run_dag, xcoms
 from tests.integration.sensor_helpers import after, sensor_waits, waited_how
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
-
-
-@pytest.fixture
-def sensors() -> Any:
-    return load_dag_module("testdags/sensor_test_dags.py")
-
-
-@pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 def test_commit_sensor_sees_a_new_commit_with_two_calls(
