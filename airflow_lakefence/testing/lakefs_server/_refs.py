@@ -1,0 +1,318 @@
+"""Repositories, branches and tags."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._model import (
+    FIRST_COMMIT_MESSAGE,
+    NAMESPACE_RE,
+    Repository,
+    to_json,
+    upper_bound,
+    validate_branch_id,
+    validate_path,
+    validate_repository_id,
+    validate_tag_id,
+)
+from airflow_lakefence.testing.lakefs_server._tx import StoreBase
+
+
+class RefsMixin(StoreBase):
+    """Repositories, branches and tags."""
+
+    # --- repositories -------------------------------------------------------------------
+
+    def create_repository(
+        self,
+        name: str,
+        storage_namespace: str,
+        default_branch: str = "main",
+        storage_id: str = "",
+        read_only: bool = False,
+    ) -> Repository:
+        """Create a repository with its first commit and default branch.
+
+        :param name: repository id.
+        :param storage_namespace: ``local://...`` namespace, never reused.
+        :param default_branch: name of the default branch.
+        :param storage_id: blockstore id; only the single default ("") exists.
+        :param read_only: create a read-only repository.
+        :raises ApiError: 400 on invalid arguments or a used namespace, 409 if it exists.
+        """
+        validate_repository_id(name)
+        default_branch = default_branch or "main"
+        validate_branch_id(default_branch)
+        if not storage_namespace:
+            raise errors.bad_request("storage_namespace: required value: validation error")
+        with self.write() as tx:
+            if tx.one("SELECT 1 FROM repositories WHERE id = ?", (name,)) is not None:
+                raise errors.conflict("error creating repository: not unique")
+            if storage_id:
+                raise errors.bad_request("storage id: invalid value: validation error")
+            if not NAMESPACE_RE.match(storage_namespace):
+                raise errors.bad_request(
+                    f"failed to match required regex {NAMESPACE_RE.pattern}: invalid namespace"
+                )
+            if tx.one("SELECT 1 FROM used_namespaces WHERE namespace = ?", (storage_namespace,)):
+                raise errors.bad_request(
+                    "failed to create repository: found lakeFS objects in the storage namespace:"
+                    " storage namespace already in use"
+                )
+            now = time.time_ns()
+            tx.conn.execute("INSERT INTO used_namespaces VALUES (?)", (storage_namespace,))
+            tx.conn.execute(
+                "INSERT INTO repositories VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, storage_namespace, "", default_branch, now // 1_000_000_000, int(read_only), "{}"),
+            )
+            first = tx.add_commit(
+                name,
+                parents=[],
+                committer="",
+                message=FIRST_COMMIT_MESSAGE,
+                meta_range_id="",
+                metadata={},
+                generation=1,
+                creation_ns=now,
+            )
+            tx.conn.execute("INSERT INTO branches VALUES (?, ?, ?, 0)", (name, default_branch, first.id))
+            return tx.repository(name)
+
+    def get_repository(self, name: str) -> Repository:
+        """Return a repository.
+
+        :param name: repository id.
+        :raises ApiError: 404 if it does not exist.
+        """
+        with self.read() as tx:
+            return tx.repository(name)
+
+    def list_repositories(self, prefix: str, after: str, limit: int) -> tuple[list[Repository], bool]:
+        """List repositories sorted by id.
+
+        :param prefix: only ids with this prefix.
+        :param after: only ids greater than this.
+        :param limit: page size.
+        """
+        with self.read() as tx:
+            rows = tx.conn.execute(
+                "SELECT id FROM repositories WHERE id > ? AND id >= ? ORDER BY id", (after, prefix)
+            ).fetchall()
+            repos = [tx.repository(r[0]) for r in rows if r[0].startswith(prefix)][: limit + 1]
+        return repos[:limit], len(repos) > limit
+
+    def delete_repository(self, name: str) -> None:
+        """Delete a repository and all its refs, commits and staging.
+
+        :param name: repository id.
+        :raises ApiError: 404 if it does not exist.
+        """
+        with self.write() as tx:
+            tx.repository(name)
+            for table in ("branches", "tags", "commits", "staging"):
+                tx.conn.execute(f"DELETE FROM {table} WHERE repo = ?", (name,))
+            tx.conn.execute("DELETE FROM repositories WHERE id = ?", (name,))
+
+    def get_repository_metadata(self, name: str) -> dict[str, str]:
+        """Return a repository's metadata.
+
+        :param name: repository id.
+        :raises ApiError: 404 if it does not exist.
+        """
+        return self.get_repository(name).metadata
+
+    def update_repository_metadata(
+        self, name: str, set_keys: Mapping[str, str], delete_keys: Iterable[str]
+    ) -> None:
+        """Set and delete repository metadata keys atomically.
+
+        :param name: repository id.
+        :param set_keys: keys to set.
+        :param delete_keys: keys to remove.
+        :raises ApiError: 404 if the repository does not exist.
+        """
+        with self.write() as tx:
+            metadata = tx.repository(name).metadata
+            metadata.update(set_keys)
+            for key in delete_keys:
+                metadata.pop(key, None)
+            tx.conn.execute("UPDATE repositories SET metadata = ? WHERE id = ?", (to_json(metadata), name))
+
+    # --- branches -----------------------------------------------------------------------
+
+    def create_branch(
+        self, repo: str, name: str, source: str, hidden: bool = False, force: bool = False
+    ) -> str:
+        """Create a branch at the commit ``source`` resolves to and return that commit id.
+
+        :param repo: repository id.
+        :param name: new branch name.
+        :param source: any ref expression naming a commit.
+        :param hidden: leave the branch out of default listings.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 400 invalid name, 404 unknown source, 409 existing branch.
+        """
+        validate_branch_id(name)
+        with self.write() as tx:
+            tx.writable_repository(repo, force)
+            resolved = tx.resolve(repo, source)
+            if resolved.staging_only:
+                raise errors.ApiError(500, f"source reference '{source}': can't create a branch without commit")
+            if tx.branch_commit(repo, name) is not None:
+                raise errors.conflict("branch already exists: not unique")
+            tx.conn.execute(
+                "INSERT INTO branches VALUES (?, ?, ?, ?)", (repo, name, resolved.commit_id, int(hidden))
+            )
+            return resolved.commit_id
+
+    def get_branch(self, repo: str, name: str) -> str:
+        """Return the commit id a branch points at.
+
+        :param repo: repository id.
+        :param name: branch name.
+        :raises ApiError: 400 invalid name, 404 if the repository or branch does not exist.
+        """
+        validate_branch_id(name)
+        with self.read() as tx:
+            tx.repository(repo)
+            return tx.require_branch(repo, name)
+
+    def list_refs(
+        self, repo: str, table: str, prefix: str, after: str, limit: int, show_hidden: bool = True
+    ) -> tuple[list[tuple[str, str]], bool]:
+        """List branches or tags as ``(name, commit_id)`` sorted by name.
+
+        :param repo: repository id.
+        :param table: ``"branches"`` or ``"tags"``.
+        :param prefix: only names with this prefix.
+        :param after: only names greater than this.
+        :param limit: page size.
+        :param show_hidden: include hidden branches.
+        :raises ApiError: 404 if the repository does not exist.
+        """
+        hidden_clause = "" if show_hidden or table != "branches" else " AND hidden = 0"
+        end = upper_bound(prefix) if prefix else "\U0010ffff"
+        with self.read() as tx:
+            tx.repository(repo)
+            rows = tx.conn.execute(
+                f"SELECT name, commit_id FROM {table} WHERE repo = ? AND name > ? AND name >= ?"
+                f" AND name < ?{hidden_clause} ORDER BY name LIMIT ?",
+                (repo, after, prefix, end, limit + 1),
+            ).fetchall()
+        refs = [(str(r[0]), str(r[1])) for r in rows]
+        return refs[:limit], len(refs) > limit
+
+    def delete_branch(self, repo: str, name: str, force: bool = False) -> None:
+        """Delete a branch and its uncommitted changes.
+
+        :param repo: repository id.
+        :param name: branch name.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 403 for the default branch, 404 if missing.
+        """
+        validate_branch_id(name)
+        with self.write() as tx:
+            repository = tx.writable_repository(repo, force)
+            if repository.default_branch == name:
+                raise errors.forbidden("cannot delete repository default branch")
+            tx.require_branch(repo, name)
+            tx.conn.execute("DELETE FROM branches WHERE repo = ? AND name = ?", (repo, name))
+            tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, name))
+
+    def reset_branch(self, repo: str, branch: str, kind: str, path: str, force: bool = False) -> None:
+        """Discard uncommitted changes: all, one object, or a common prefix.
+
+        :param repo: repository id.
+        :param branch: branch name.
+        :param kind: ``reset``, ``object`` or ``common_prefix``.
+        :param path: object path or prefix.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 400 unknown kind, 404 missing branch.
+        """
+        if kind not in ("reset", "object", "common_prefix"):
+            raise errors.bad_request("unknown reset type")
+        validate_branch_id(branch)
+        if kind == "object":
+            validate_path(path)
+        with self.write() as tx:
+            tx.writable_repository(repo, force)
+            tx.require_branch(repo, branch)
+            if kind == "reset":
+                tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
+            elif kind == "object":
+                tx.conn.execute(
+                    "DELETE FROM staging WHERE repo = ? AND branch = ? AND path = ?", (repo, branch, path)
+                )
+            elif path:
+                tx.conn.execute(
+                    "DELETE FROM staging WHERE repo = ? AND branch = ? AND path >= ? AND path < ?",
+                    (repo, branch, path, upper_bound(path)),
+                )
+            else:
+                tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
+
+    def hard_reset(self, repo: str, branch: str, ref: str, force: bool = False) -> None:
+        """Point a branch at ``ref`` (dereferenced inside the update). Staged changes stay.
+
+        :param repo: repository id.
+        :param branch: branch name.
+        :param ref: target ref expression.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 404 missing branch or ref.
+        """
+        validate_branch_id(branch)
+        with self.write() as tx:
+            tx.writable_repository(repo, force)
+            tx.require_branch(repo, branch)
+            target = tx.resolve_commit(repo, ref)
+            tx.set_branch(repo, branch, target.id)
+
+    # --- tags ---------------------------------------------------------------------------
+
+    def create_tag(self, repo: str, tag: str, ref: str, force: bool = False) -> str:
+        """Create a tag at the commit ``ref`` resolves to and return that commit id.
+
+        :param repo: repository id.
+        :param tag: tag id.
+        :param ref: ref expression.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 400 invalid id, 404 unknown ref, 409 existing tag.
+        """
+        validate_tag_id(tag)
+        with self.write() as tx:
+            tx.writable_repository(repo, force)
+            target = tx.resolve_commit(repo, ref)
+            if tx.tag_commit(repo, tag) is not None:
+                raise errors.conflict("tag already exists: not unique")
+            tx.conn.execute("INSERT INTO tags VALUES (?, ?, ?)", (repo, tag, target.id))
+            return target.id
+
+    def get_tag(self, repo: str, tag: str) -> str:
+        """Return the commit id of a tag.
+
+        :param repo: repository id.
+        :param tag: tag id.
+        :raises ApiError: 404 if missing.
+        """
+        with self.read() as tx:
+            tx.repository(repo)
+            found = tx.tag_commit(repo, tag)
+        if found is None:
+            raise errors.not_found("tag not found")
+        return found
+
+    def delete_tag(self, repo: str, tag: str, force: bool = False) -> None:
+        """Delete a tag.
+
+        :param repo: repository id.
+        :param tag: tag id.
+        :param force: allow on a read-only repository.
+        :raises ApiError: 404 if missing.
+        """
+        with self.write() as tx:
+            tx.writable_repository(repo, force)
+            if tx.tag_commit(repo, tag) is None:
+                raise errors.not_found("tag not found")
+            tx.conn.execute("DELETE FROM tags WHERE repo = ? AND name = ?", (repo, tag))
