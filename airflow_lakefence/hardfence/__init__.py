@@ -1,0 +1,209 @@
+"""Install, check and probe the hard fence (the shipped lakeFS pre-merge hook) on a repository.
+
+lakeFS loads actions from the tree of the commit being merged, so the fence protects the
+publications built on a commit that carries :data:`~airflow_lakefence.core.hardfence.ACTION_PATH`.
+:func:`install_hard_fence` puts it on a branch the way every lakefence publication arrives: a
+commit on a temporary hidden branch, merged into the branch (protected branches allow merges; the
+branch's uncommitted changes, if any, are never swept into the commit). The install merge names its
+expected head, so the new hook checks its own installation.
+
+The rendering and judging of the action file are pure (:mod:`airflow_lakefence.core.hardfence`);
+this module does the lakeFS calls, through :class:`~airflow_lakefence.lakefs_client.LakeFSClient`
+only. Command line: ``python -m airflow_lakefence.hardfence --help``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from airflow_lakefence.core.hardfence import (
+    ACTION_PATH,
+    EXPECTED_HEAD_KEY,
+    HARD_FENCE_VERSION,
+    INSTALL_KEY,
+    FenceCheck,
+    FenceStatus,
+    RejectionKind,
+    check_action,
+    classify_rejection,
+    expected_head_metadata,
+    render_action_bytes,
+)
+from airflow_lakefence.exceptions import LakeFenceError, LakeFSNotFoundError, LakeFSPreconditionFailedError
+from airflow_lakefence.lakefs_client import LakeFSClient
+
+__all__ = [
+    "HardFenceInstallError",
+    "InstallResult",
+    "ProbeResult",
+    "check_hard_fence",
+    "install_hard_fence",
+    "probe_hard_fence",
+]
+
+log = logging.getLogger(__name__)
+
+TEMP_BRANCH_PREFIX = "lakefence-hardfence"
+# The target may move between the temporary branch's creation and the install merge (the new hook
+# then rejects the merge): a few fresh tries, each built on the new head.
+_INSTALL_TRIES = 3
+_PROBE_HEAD = "lakefence-probe-not-a-commit"
+
+
+class HardFenceInstallError(LakeFenceError):
+    """The hard fence could not be installed (a foreign file in its place, or the branch kept moving)."""
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """What :func:`install_hard_fence` found and did.
+
+    :param before: the fence's state on the branch before.
+    :param installed: whether this call merged the action into the branch.
+    :param merge_commit: the install merge commit, when installed.
+    :param head: the branch's head after the call, as this call knows it.
+    """
+
+    before: FenceCheck
+    installed: bool
+    merge_commit: str | None
+    head: str
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What :func:`probe_hard_fence` saw.
+
+    :param enforced: whether lakeFS rejected a merge naming a wrong expected head.
+    :param message: lakeFS's answer (the 412 message) or what went wrong.
+    """
+
+    enforced: bool
+    message: str
+
+
+def check_hard_fence(client: LakeFSClient, repository: str, ref: str) -> FenceCheck:
+    """Judge the hard fence on ``ref`` (one lakeFS call).
+
+    The caller vouches that ``repository`` and ``ref`` exist: a 404 is read as "no action file".
+
+    :param client: the lakeFS adapter.
+    :param repository: the repository.
+    :param ref: the commit (or branch) publications build on.
+    :raises LakeFSError: when lakeFS cannot answer.
+    """
+    where = f"{ref!r} in {repository!r}"
+    try:
+        content = client.read_object(repository, ref, ACTION_PATH)
+    except LakeFSNotFoundError:
+        return check_action(None, where=where)
+    return check_action(content, where=where)
+
+
+@contextmanager
+def _temporary_branch(client: LakeFSClient, repository: str, source: str, purpose: str) -> Iterator[tuple[str, str]]:
+    name = f"{TEMP_BRANCH_PREFIX}-{purpose}-{uuid.uuid4().hex[:12]}"
+    base = client.create_branch(repository, name, source, hidden=True)
+    try:
+        yield name, base
+    finally:
+        try:
+            client.delete_branch(repository, name)
+        except LakeFenceError as exc:  # a leftover hidden branch is harmless; the outcome stands
+            log.warning("could not delete temporary branch %s in %s: %s", name, repository, exc)
+
+
+def _upload(client: LakeFSClient, repository: str, branch: str, path: str, data: bytes) -> None:
+    with tempfile.TemporaryDirectory(prefix="lakefence-hardfence-") as tmp:
+        local = os.path.join(tmp, "object")
+        with open(local, "wb") as fh:
+            fh.write(data)
+        client.upload_file(repository, branch, path, local)
+
+
+def install_hard_fence(client: LakeFSClient, repository: str, branch: str, *, force: bool = False) -> InstallResult:
+    """Install (or upgrade) the hard fence on ``branch`` by a merge.
+
+    Costs one call when the fence is already current; otherwise about six (check, create branch,
+    upload, commit, merge, delete branch), whatever the branch holds.
+
+    :param client: the lakeFS adapter.
+    :param repository: the repository.
+    :param branch: the branch whose future publications the fence guards (usually the target).
+    :param force: replace a file at the action's path that is not a lakefence hard fence.
+    :raises HardFenceInstallError: if a foreign file is in the way (without ``force``) or the branch
+        moved under every try.
+    :raises LakeFSError: for lakeFS failures (e.g. a dirty or missing branch, a user hook rejecting
+        the merge, branch protection covering the temporary branch).
+    """
+    before = check_hard_fence(client, repository, branch)
+    if before.status in (FenceStatus.OK, FenceStatus.NEWER):
+        head = client.get_commit(repository, branch).id
+        return InstallResult(before, False, None, head)
+    if before.status is FenceStatus.FOREIGN and not force:
+        raise HardFenceInstallError(f"{before.message}; refusing to overwrite it without force")
+    message = f"Install the lakefence hard fence v{HARD_FENCE_VERSION}"
+    last: LakeFSPreconditionFailedError | None = None
+    for _ in range(_INSTALL_TRIES):
+        with _temporary_branch(client, repository, branch, "install") as (temp, base):
+            _upload(client, repository, temp, ACTION_PATH, render_action_bytes())
+            staged = client.commit(repository, temp, message, {INSTALL_KEY: str(HARD_FENCE_VERSION)})
+            if staged is None:  # the branch gained the current file since the check: installed by someone else
+                return InstallResult(before, False, None, base)
+            metadata = {**expected_head_metadata(base), INSTALL_KEY: str(HARD_FENCE_VERSION)}
+            try:
+                merge = client.merge(repository, staged.id, branch, message, metadata)
+            except LakeFSPreconditionFailedError as exc:
+                if classify_rejection(str(exc)).kind is not RejectionKind.HARD_FENCE:
+                    raise
+                last = exc
+                continue
+            log.info(
+                "installed the lakefence hard fence v%s on %s in %s: %s", HARD_FENCE_VERSION, branch, repository, merge
+            )
+            return InstallResult(before, True, merge, merge)
+    raise HardFenceInstallError(
+        f"branch {branch!r} in {repository!r} moved under each of {_INSTALL_TRIES} install tries"
+        + ("" if last is None else f" (last: {last})")
+    )
+
+
+def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> ProbeResult:
+    """Prove that lakeFS enforces the fence on publications built on ``branch``'s head.
+
+    Builds a throw-away change on one hidden branch and merges it into a second hidden branch,
+    naming a wrong expected head: lakeFS must refuse it with the fence's 412. A fence file that
+    lakeFS does not run (actions disabled in its configuration) is caught here and nowhere else.
+    Costs seven calls; ``branch`` itself is never written.
+
+    :param client: the lakeFS adapter.
+    :param repository: the repository.
+    :param branch: the branch whose head carries the fence.
+    :raises LakeFSError: for lakeFS failures other than the expected 412.
+    """
+    with (
+        _temporary_branch(client, repository, branch, "probe-src") as (source, _),
+        _temporary_branch(client, repository, branch, "probe-dst") as (destination, _),
+    ):
+        _upload(client, repository, source, "_lakefence_hard_fence_probe", b"probe\n")
+        staged = client.commit(repository, source, "lakefence hard fence probe", {})
+        if staged is None:
+            raise HardFenceInstallError("the probe's commit unexpectedly had no changes")
+        try:
+            merge = client.merge(
+                repository, staged.id, destination, "lakefence hard fence probe", {EXPECTED_HEAD_KEY: _PROBE_HEAD}
+            )
+        except LakeFSPreconditionFailedError as exc:
+            rejection = classify_rejection(str(exc))
+            if rejection.kind is RejectionKind.HARD_FENCE:
+                return ProbeResult(True, str(exc))
+            return ProbeResult(False, f"a pre-merge hook other than the hard fence rejected the probe: {exc}")
+        return ProbeResult(
+            False, f"lakeFS accepted a merge naming a wrong expected head ({merge}): the fence does not run"
+        )
