@@ -85,16 +85,21 @@ def get_provider_info() -> dict[str, Any]:
                     },
                 },
                 "conn-fields": {
+                    # The schema default is what the UI form shows and saves for an untouched
+                    # field ("value" of the hook metadata); the hook reads null as the default too.
                     "verify_ssl": {
                         "label": "Verify TLS",
-                        "schema": {"type": ["boolean", "null"]},
+                        "description": "Verify the lakeFS server's TLS certificate (on by default).",
+                        "schema": {"type": ["boolean", "null"], "default": True},
                     },
                     "ui_base_url": {
                         "label": "lakeFS UI base URL",
+                        "description": "Base URL of the lakeFS UI for the task's links (default: the endpoint).",
                         "schema": {"type": ["string", "null"]},
                     },
                     "timeout": {
                         "label": "Request timeout (s, or [connect, read])",
+                        "description": "Seconds each lakeFS request may take (default [10, 120]).",
                         "schema": {"type": ["number", "array", "string", "null"]},
                     },
                 },

@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
+from airflow_lakefence.exceptions import (
+    InvalidInputError,
+    LakeFenceError,
+    LakeFSAuthError,
+    LakeFSConnectionError,
+    LakeFSError,
+    LakeFSNotFoundError,
+)
 from airflow_lakefence.lakefs_client import LakeFSClient
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _as_bool(value: Any, name: str) -> bool:
+# A repository name nobody uses: reading it needs valid credentials, and "not found" proves them.
+_PROBE_REPOSITORY = "lakefence-connection-test"
+# The connection test answers a person waiting in the UI: one try, short timeouts.
+_PROBE_TIMEOUT = (5.0, 15.0)
+
+
+def _as_bool(value: Any, name: str, *, default: bool) -> bool:
+    # The UI's connection form saves an untouched switch as null: that means "the default".
+    if value is None or value == "":
+        return default
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -46,7 +63,8 @@ class LakeFSHook(BaseHook):
 
     The connection (type ``lakefs``) holds the endpoint in *host* (``http(s)://host:port``, with or
     without ``/api/v1``), the access key id in *login*, the secret access key in *password*, and in
-    *extra* ``verify_ssl`` (default true), ``ui_base_url`` (for links) and ``timeout`` (seconds
+    *extra* ``verify_ssl`` (default true; ``null``, as the UI form saves an untouched switch, means
+    the default), ``ui_base_url`` (for links) and ``timeout`` (seconds
     each request may take: a number, or ``[connect, read]``; default ``[10, 120]``; a read past it
     is retried, a write's outcome is re-read). Nothing is fetched or built until the client is
     first used.
@@ -86,7 +104,7 @@ class LakeFSHook(BaseHook):
         extra = conn.extra_dejson
         return {
             "endpoint": host.rstrip("/").removesuffix("/api/v1"),
-            "verify_ssl": _as_bool(extra.get("verify_ssl", True), "verify_ssl"),
+            "verify_ssl": _as_bool(extra.get("verify_ssl"), "verify_ssl", default=True),
             "ui_base_url": (extra.get("ui_base_url") or host).rstrip("/").removesuffix("/api/v1"),
             "timeout": _as_timeout(extra.get("timeout")),
         }
@@ -138,15 +156,83 @@ class LakeFSHook(BaseHook):
         }
 
     def test_connection(self) -> tuple[bool, str]:
-        """Check the endpoint and credentials with one authenticated call.
+        """Check the endpoint and the credentials with one authenticated read (the UI's *Test* button).
+
+        The probe reads a repository nobody creates: lakeFS answers "not found" only to valid
+        credentials. One try with short timeouts, so a wrong host or port answers quickly. The
+        message names the endpoint (``host:port``) and says what to check; it never contains the secret.
 
         :return: ``(ok, message)`` as Airflow's connection test expects.
         """
         try:
-            self.client.list_branches("lakefence-connection-test", show_hidden=False)
+            settings = self.settings
         except LakeFenceError as exc:
-            status = getattr(exc, "status", None)
-            if status == 404:  # authenticated: only the probe repository is missing
-                return True, f"Connected to lakeFS at {self.endpoint}"
             return False, str(exc)
-        return True, f"Connected to lakeFS at {self.endpoint}"
+        endpoint = settings["endpoint"]
+        probe = LakeFSClient(
+            endpoint,
+            self._connection.login,
+            self._connection.password,
+            verify_ssl=settings["verify_ssl"],
+            read_attempts=1,
+            timeout=settings["timeout"] or _PROBE_TIMEOUT,
+        )
+        try:
+            probe.get_repository(_PROBE_REPOSITORY)
+        except LakeFSNotFoundError as exc:
+            if "repository" in _server_message(exc).lower():
+                return True, f"Connected to lakeFS at {endpoint}: the access key {self._connection.login!r} is valid"
+            return False, (
+                f"{endpoint} answered 404 to a lakeFS API call ({_server_message(exc)}): it does not look like "
+                "a lakeFS server; check the endpoint URL (host, port, path)"
+            )
+        except LakeFSAuthError as exc:
+            return False, (
+                f"Authentication failed at lakeFS {endpoint} (HTTP {exc.status}: {_server_message(exc)}): check "
+                f"the access key id ({self._connection.login!r}) and the secret access key"
+            )
+        except LakeFSConnectionError as exc:
+            return False, f"Cannot reach lakeFS at {_host_port(endpoint)} ({endpoint}): {_transport_cause(exc)}"
+        except LakeFSError as exc:
+            status = f"HTTP {exc.status}" if exc.status is not None else "no status"
+            return False, f"lakeFS at {endpoint} answered the connection test with an error ({status}): {exc}"
+        except LakeFenceError as exc:
+            return False, f"Connection test of lakeFS at {endpoint} failed: {exc}"
+        # A server that lets anyone read any repository name (no such lakeFS) still answered.
+        return True, f"Connected to lakeFS at {endpoint}"
+
+
+def _server_message(exc: LakeFSError) -> str:
+    """The server's own words from a translated error ("... failed (401): <message>")."""
+    text = str(exc)
+    marker = f"({exc.status}): "
+    return text.split(marker, 1)[1] if marker in text else text
+
+
+def _host_port(endpoint: str) -> str:
+    parsed = urllib.parse.urlsplit(endpoint)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return f"{parsed.hostname}:{port}"
+
+
+def _transport_cause(exc: BaseException) -> str:
+    """Name the transport failure below a translated "no response" error, with what to check."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        reason = getattr(seen, "reason", None)
+        seen = reason if isinstance(reason, BaseException) else (seen.__cause__ or seen.__context__)
+    text = " ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
+    if "certificate" in text or "ssl" in text:
+        return (
+            "the TLS handshake failed (certificate not trusted?); fix the certificate, or switch "
+            "'Verify TLS' off only for a test server with a self-signed certificate"
+        )
+    if "refused" in text:
+        return "connection refused: nothing listens on that port; check the host and port, and that lakeFS runs"
+    if "timed out" in text or "timeout" in text:
+        return "no answer before the timeout; check the host, port, firewall and the 'timeout' extra"
+    if "name or service not known" in text or "nodename" in text or "resolution" in text or "getaddrinfo" in text:
+        return "the host name does not resolve; check the endpoint URL"
+    return f"no response ({chain[-1].__class__.__name__}); check the host and port, and that lakeFS runs"
