@@ -1,0 +1,136 @@
+"""Fixtures of the Celery tier: one real lakeFS and one Celery stack per session, figures in the summary.
+
+The stack (Redis, api-server, scheduler with CeleryExecutor, dag-processor, triggerer, two Celery
+workers) boots once; each scenario uses a DAG and target branches of its own
+(tests/dags/celery_dags.py). The tier needs ``redis-server`` (Debian package) and the lakeFS
+binary built from tests/real_lakefs; without them it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
+from tests.celery.lakefs_process import LakeFSProcess, lakefs_binary
+from tests.dags.celery_dags import TARGETS, pool_name
+
+KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"
+DAG_FILE = Path(__file__).resolve().parent.parent / "dags" / "celery_dags.py"
+#: The settings that bound the stale window, as the tier runs them (docs/howto/executors.md).
+STACK_SETTINGS = {
+    # A worker that died is noticed after this many seconds without a heartbeat (default 300).
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+    # The supervisor's heartbeat, which also delivers clears and marks as a kill (the default).
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "5",
+}
+_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+_FAILED = pytest.StashKey[bool]()
+
+#: Figures the scenarios measured, printed in the terminal summary (not asserted).
+FIGURES: dict[str, Any] = {}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """Keep each phase's report on the item, so a fixture can tell whether its test failed."""
+    report = yield
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The Celery tier's measured figures (seconds), when it ran."""
+    if not FIGURES:
+        return
+    terminalreporter.section("Celery tier: measured (not asserted)")
+    for key, value in FIGURES.items():
+        shown = round(value, 2) if isinstance(value, float) else value
+        terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
+
+
+@pytest.fixture(scope="session")
+def real_lakefs() -> Iterator[LakeFSProcess]:
+    """A real lakeFS of this session's own (it can be restarted mid-test)."""
+    binary = lakefs_binary()
+    if binary is None:
+        pytest.skip("no lakeFS binary: build tests/real_lakefs (go build) or set LAKEFENCE_LAKEFS_BINARY")
+    with LakeFSProcess(binary) as server:
+        yield server
+
+
+def _create_repositories(server: LakeFSProcess) -> None:
+    import lakefs
+
+    client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
+    for repository, targets in TARGETS.values():
+        repo = lakefs.Repository(repository, client=client)
+        repo.create(storage_namespace=f"local://{repository}-{uuid.uuid4().hex[:8]}", default_branch="main")
+        for target in targets:
+            if target != "main":
+                repo.branch(target).create(source_reference="main")
+
+
+@pytest.fixture(scope="session")
+def celery_stack(real_lakefs: LakeFSProcess, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
+    """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    _create_repositories(real_lakefs)
+    pools = {pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets}
+    stack = CeleryStack(
+        dag_files=[DAG_FILE],
+        connections={
+            "lakefs_default": {
+                "conn_type": "lakefs",
+                "host": real_lakefs.endpoint,
+                "login": real_lakefs.access_key_id,
+                "password": real_lakefs.secret_access_key,
+            },
+            "spark_local": {"conn_type": "spark", "host": "local[2]"},
+        },
+        pools=pools,
+        extra_config=STACK_SETTINGS,
+    )
+    booting = time.monotonic()
+    try:
+        stack.start()
+        stack.wait_for_dags([*TARGETS, "lf_cel_watch"])
+    except BaseException:
+        stack.dump_logs()
+        stack.stop(remove_home=False)
+        raise
+    FIGURES["stack_boot_s"] = time.monotonic() - booting
+    FIGURES["db_migrate_s"] = stack.migrate_seconds
+    FIGURES["components_healthy_s"] = stack.boot_seconds
+    FIGURES["workers_ready_s"] = stack.workers_ready_seconds
+    FIGURES["settings"] = settings_summary(stack.environment())
+    print(f"Celery stack up in {FIGURES['stack_boot_s']:.1f}s at {stack.base_url}, home {stack.home}")
+    try:
+        yield stack
+    finally:
+        keep = bool(request.session.stash.get(_FAILED, False)) or bool(os.environ.get(KEEP_HOME_ENV))
+        if keep:
+            print(f"keeping the Airflow home {stack.home}")
+        late = stack.stop(remove_home=not keep)
+        if late:
+            print(f"killed after the components stopped: {late}")
+    leftovers = stack.marked_processes()
+    assert not leftovers, f"processes survived the stack's teardown: {leftovers}"
+
+
+@pytest.fixture(autouse=True)
+def _dump_logs_on_failure(request: pytest.FixtureRequest, celery_stack: CeleryStack) -> Iterator[None]:
+    yield
+    reports = request.node.stash.get(_REPORTS, {})
+    if any(report.failed for report in reports.values()):
+        request.session.stash[_FAILED] = True
+        celery_stack.dump_logs()
