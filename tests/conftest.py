@@ -1,8 +1,10 @@
-"""Test set-up: a throw-away Airflow home on SQLite, connections to the local lakeFS server.
+"""Test set-up: a throw-away Airflow home on SQLite, connections to the session's lakeFS.
 
 Airflow reads its configuration at import time, so the environment is set here, before any test
 module imports it. The lakeFS server fixtures come from the package's pytest plugin
-(``airflow_lakefence.testing.lakefs_server.pytest_plugin``, entry point ``pytest11``).
+(``airflow_lakefence.testing.lakefs_server.pytest_plugin``, entry point ``pytest11``):
+``--lakefs-backend=local|real|both`` picks the local server, real lakeFS (built from the Go module
+in ``tests/real_lakefs``), or both.
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ os.environ.update(
 )
 # The Spark provider runs `spark-submit` from PATH: use this interpreter's environment's.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+# Real lakeFS is built from the project's pinned wrapper module (go.mod/go.sum checked in).
+os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_lakefs"))
+
+#: Tests too slow to run twice: under --lakefs-backend=both they run on real lakeFS only.
+ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run the slowest tiers on one backend under ``--lakefs-backend=both``."""
+    for marker in ONE_BACKEND_MARKERS:
+        config.addinivalue_line("lakefs_one_backend_markers", marker)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Server-internal: request counts, latency, scripted faults; in-process and over /_lakefence/."""
+"""The fault-injecting proxy on either backend: counts, latency, faults, hooks; in-process and over /_lakefence/."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import urllib3
 from lakefs.exceptions import ServerException
 
 from airflow_lakefence.testing.lakefs_server import Controls, RemoteControls
-
-pytestmark = pytest.mark.lakefs_local_only
 
 
 def _raw_client(lakefs_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
@@ -125,5 +123,11 @@ def test_remote_controls(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_c
     assert remote.latency() == pytest.approx(0.1)
     remote.reset()
     assert lakefs_controls.latency() == 0
+
+
+@pytest.mark.lakefs_local_only
+def test_remote_stats(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    remote = RemoteControls(lakefs_server.url)
+    remote.reset()
     lakefs_repo.branch("main").get_commit()
     assert remote.stats()["commit_reads"] >= 1

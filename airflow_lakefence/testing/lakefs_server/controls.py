@@ -1,8 +1,10 @@
-"""Test controls: request counts, injected latency and scripted faults.
+"""Test controls: request counts, injected latency, scripted faults and request hooks.
 
-The same controls are reachable in-process (:class:`Controls`, ``LakeFSServer.controls``) and over
-HTTP under ``/_lakefence/`` (:class:`RemoteControls` for a server in another process). The
-``/_lakefence/`` endpoints need no authentication: they exist only on this test server.
+The fault-injecting proxy (:class:`airflow_lakefence.testing.proxy.FaultProxy`) applies them in
+front of either backend (the local server or a real lakeFS); the local server still applies its
+own copy for direct users. They are reachable in-process (:class:`Controls`) and over HTTP under
+``/_lakefence/`` (:class:`RemoteControls` for a test in another process). The ``/_lakefence/``
+endpoints need no authentication: they exist only on test servers and test proxies.
 """
 
 from __future__ import annotations
@@ -11,12 +13,36 @@ import json
 import threading
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from airflow_lakefence.testing.lakefs_server._store import Store
+if TYPE_CHECKING:
+    from airflow_lakefence.testing.lakefs_server._store import Store
 
 When = Literal["before", "after"]
+
+
+class _Stats(Protocol):
+    def stats(self) -> dict[str, int]: ...
+
+    def reset_stats(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Call:
+    """One lakeFS API request as a fault's hook sees it.
+
+    :param operation: swagger operationId.
+    :param method: HTTP method.
+    :param path: request path with its query string.
+    :param status: the backend's answer (``when="after"`` only; ``None`` before forwarding).
+    """
+
+    operation: str
+    method: str
+    path: str
+    status: int | None = None
 
 
 @dataclass
@@ -30,6 +56,8 @@ class Fault:
     :param drop: close the connection without an answer.
     :param when: ``before`` the operation runs, or ``after`` it ran and was committed
         (the client then cannot tell that its write happened).
+    :param hook: called with the :class:`Call` when the fault fires, before the delay, the
+        status and the drop (in-process only: the proxy's thread runs it; e.g. kill -9 lakeFS).
     """
 
     operation: str
@@ -38,15 +66,28 @@ class Fault:
     delay: float | None = None
     drop: bool = False
     when: When = "before"
+    hook: Callable[[Call], None] | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fault as JSON (without its hook)."""
+        return {
+            "operation": self.operation,
+            "nth": self.nth,
+            "status": self.status,
+            "delay": self.delay,
+            "drop": self.drop,
+            "when": self.when,
+        }
 
 
 class Controls:
-    """In-process test controls of one server.
+    """In-process test controls of one server or proxy.
 
-    :param store: the server's store, for its internal counters.
+    :param store: where server-internal counters come from (the local server's store); ``None``
+        in front of a real lakeFS, whose internals are not observable.
     """
 
-    def __init__(self, store: Store | None = None) -> None:
+    def __init__(self, store: Store | _Stats | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._latency = 0.0
@@ -94,6 +135,7 @@ class Controls:
         delay: float | None = None,
         drop: bool = False,
         when: When = "before",
+        hook: Callable[[Call], None] | None = None,
     ) -> Fault:
         """Script a failure of the ``nth`` next call to ``operation``; see :class:`Fault`.
 
@@ -103,15 +145,16 @@ class Controls:
         :param delay: seconds to sleep.
         :param drop: drop the connection.
         :param when: ``before`` or ``after`` the operation runs.
+        :param hook: called with the :class:`Call` when the fault fires (only the proxy calls hooks).
         :raises ValueError: on an invalid combination.
         """
-        fault = Fault(operation, nth, status, delay, drop, when)
+        fault = Fault(operation, nth, status, delay, drop, when, hook)
         if nth < 1:
             raise ValueError("nth must be >= 1")
         if when not in ("before", "after"):
             raise ValueError("when must be 'before' or 'after'")
-        if status is None and delay is None and not drop:
-            raise ValueError("a fault needs a status, a delay or drop")
+        if status is None and delay is None and not drop and hook is None:
+            raise ValueError("a fault needs a status, a delay, drop or a hook")
         if status is not None and not 100 <= status <= 599:
             raise ValueError("status must be an HTTP status code")
         with self._lock:
@@ -221,7 +264,7 @@ class RemoteControls:
         :param when: ``before`` or ``after`` the operation runs.
         """
         fault = Fault(operation, nth, status, delay, drop, when)
-        self._call("POST", "faults", asdict(fault))
+        self._call("POST", "faults", fault.to_json())
         return fault
 
     def clear_faults(self) -> None:
