@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_lakefence.core.hardfence import FenceCheck
 from airflow_lakefence.exceptions import (
     InvalidInputError,
     LakeFenceError,
@@ -16,6 +17,7 @@ from airflow_lakefence.exceptions import (
     LakeFSError,
     LakeFSNotFoundError,
 )
+from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -154,6 +156,29 @@ class LakeFSHook(BaseHook):
             "LAKEFS_ACCESS_KEY_ID": self._connection.login,
             "LAKEFS_SECRET_ACCESS_KEY": self._connection.password,
         }
+
+    # -- hard fence (issue 18; airflow_lakefence.hardfence) ----------------------------------
+
+    def install_hard_fence(self, repository: str, branch: str, *, force: bool = False) -> InstallResult:
+        """Install or upgrade the hard fence (a lakeFS pre-merge hook) on ``branch``, by a merge.
+
+        :param repository: the repository.
+        :param branch: the target branch whose publications it guards (may be protected).
+        :param force: overwrite a foreign file at the action's path.
+        :return: what was found and done.
+        :raises LakeFenceError: see :func:`airflow_lakefence.hardfence.install_hard_fence`.
+        """
+        return install_hard_fence(self.client, repository, branch, force=force)
+
+    def check_hard_fence(self, repository: str, ref: str) -> FenceCheck:
+        """Judge the hard fence on ``ref`` (one lakeFS call).
+
+        :param repository: the repository.
+        :param ref: the commit or branch publications build on.
+        :return: the fence's state (``enforced`` tells whether publications may rely on it).
+        :raises LakeFSError: when lakeFS cannot answer.
+        """
+        return check_hard_fence(self.client, repository, ref)
 
     def test_connection(self) -> tuple[bool, str]:
         """Check the endpoint and the credentials with one authenticated read (the UI's *Test* button).
