@@ -244,3 +244,63 @@ def classify_rejection(message: str) -> MergeRejection:
     if REJECTION_MARKER in message:
         return MergeRejection(RejectionKind.HARD_FENCE, run_id)
     return MergeRejection(RejectionKind.USER_HOOK, run_id)
+
+
+# -- merge-only replacement ------------------------------------------------------------------
+#
+# On a protected target (or by choice) an abandoned publication P is replaced without a hard
+# reset: a hidden branch X from P, a revert bringing X back to the input's tree, the new staged
+# commit merged into X, and X merged into the target naming P as the expected head. The target's
+# new head M is a link of a chain: its first parent is P, not the input. M's metadata names what it
+# replaced (so the fence can tell the chain from a foreign commit on top of the input) and which
+# commit to revert to get from M's tree back to the input's (so the next link costs the same calls
+# however long the chain is).
+
+#: The merge metadata key of a chain link: the head it replaced (equal to its first parent).
+REPLACES_KEY = "lakefence.replaces"
+#: The merge metadata key of a chain link: the commit whose revert (parent 1) turns the link's tree
+#: back into the input's tree; empty when the link's tree is the input's (a relocation).
+UNWIND_KEY = "lakefence.unwind"
+
+
+def link_metadata(replaces: str, unwind: str | None) -> dict[str, str]:
+    """Return the metadata marking a merge as a link of a replacement chain.
+
+    :param replaces: the head the link replaces (its first parent, the merge's expected head).
+    :param unwind: the commit to revert (parent 1) to get back to the input's tree, ``None`` if none.
+    :raises ValueError: if ``replaces`` is empty.
+    """
+    if not replaces:
+        raise ValueError("a chain link replaces a commit")
+    return {REPLACES_KEY: replaces, UNWIND_KEY: unwind or ""}
+
+
+def is_chain_link(metadata: Mapping[str, str] | None, first_parent: str | None) -> bool:
+    """Tell whether a commit is a replacement-chain link on top of ``first_parent``.
+
+    :param metadata: the commit's metadata.
+    :param first_parent: the commit's first parent.
+    """
+    replaces = (metadata or {}).get(REPLACES_KEY)
+    return bool(replaces) and replaces == first_parent
+
+
+def unwind_ref(
+    commit_id: str, first_parent: str | None, metadata: Mapping[str, str] | None, input_ref: str
+) -> str | None:
+    """Return the commit to revert (parent 1) on a branch from ``commit_id`` to get the input's tree.
+
+    * a plain publication (first parent is the input): the publication itself;
+    * a chain link: the commit it records (``None`` when its tree already is the input's).
+
+    :param commit_id: the abandoned publication at the target's head.
+    :param first_parent: its first parent.
+    :param metadata: its metadata.
+    :param input_ref: the input commit.
+    :raises ValueError: if the commit is neither (the fence never asks for that).
+    """
+    if first_parent == input_ref:
+        return commit_id
+    if is_chain_link(metadata, first_parent):
+        return (metadata or {}).get(UNWIND_KEY) or None
+    raise ValueError(f"commit {commit_id} is neither on top of the input {input_ref} nor a replacement-chain link")

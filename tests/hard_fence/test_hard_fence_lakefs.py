@@ -313,3 +313,15 @@ def test_command_line(hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Reposi
         check=False,
     )
     assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_hook_methods_through_an_airflow_connection(
+    hooks_server: LakeFSServerInfo, lakefs_conn: dict[str, str], lakefs_repo: lakefs.Repository
+) -> None:
+    from airflow_lakefence.hooks.lakefs import LakeFSHook
+
+    hook = LakeFSHook()
+    assert hook.check_hard_fence(lakefs_repo.id, "main").status is hf.FenceStatus.MISSING
+    result = hook.install_hard_fence(lakefs_repo.id, "main")
+    assert result.installed and result.merge_commit == head(lakefs_repo)
+    assert hook.check_hard_fence(lakefs_repo.id, result.merge_commit).status is hf.FenceStatus.OK
