@@ -2,39 +2,104 @@
 
 Inside the job::
 
-    from airflow_lakefence.spark import lakefence_locations
+    from airflow_lakefence.spark import lakefence_spark_session
 
-    loc = lakefence_locations()
-    df = spark.read.parquet(loc.input_uri("tables/events/"))   # the pinned input commit
-    df.groupBy("day").count().write.parquet(loc.output_uri("tables/daily/"))
+    job = lakefence_spark_session("daily-counts")
+    df = job.spark.read.parquet(job.input_uri("tables/events/"))     # the pinned input commit
+    df.groupBy("day").count().write.parquet(job.output_uri("tables/daily/"))
 
 ``output_uri`` is a path under the local workspace in ``workspace`` mode (the operator uploads it
-into the staging branch) and a lakeFS URI of the staging branch in ``direct`` mode. URIs use the
-lakeFS S3 gateway scheme ``s3a://<repository>/<ref>/<path>`` by default, or ``lakefs://`` for the
-lakeFS Hadoop FileSystem. :func:`configure_s3a` points S3A at the lakeFS gateway with the
-credentials taken from the environment, so they never appear in argv or Spark confs.
+into the staging branch) and ``s3a://<repository>/<staging branch>/<path>`` in ``direct`` mode.
+URIs use the lakeFS S3 gateway scheme by default, or ``lakefs://`` for the lakeFS Hadoop
+FileSystem. :func:`configure_s3a` points S3A at the lakeFS gateway for the repository alone
+(per-bucket options) with the credentials from the driver's environment, set in the Hadoop
+configuration at run time: they travel to executors inside the job's Hadoop configuration, and
+never appear in argv, in Spark confs, in the UI or in the event log (Spark redacts the keys).
+
+Submit side, :func:`s3a_submit_options` gives what ``spark-submit`` needs for S3A: the
+``hadoop-aws`` coordinate matching the installed PySpark's Hadoop (resolved through
+``--packages``), merged with the DAG's own packages. :func:`kubernetes_secret_conf` and
+:func:`yarn_credential_provider_conf` give the confs that hand credentials to a driver on
+Kubernetes / YARN without the values (docs/spark.md).
 
 This module imports neither Airflow nor pyspark at import time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LakefenceLocations", "configure_s3a", "lakefence_locations"]
+from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
+
+__all__ = [
+    "COMMITTER_SETTINGS",
+    "HADOOP_AWS",
+    "JobEnvironmentError",
+    "LakefenceJob",
+    "LakefenceLocations",
+    "S3AConfigError",
+    "S3ASubmitOptions",
+    "configure_s3a",
+    "hadoop_aws_coordinate",
+    "kubernetes_secret_conf",
+    "lakefence_locations",
+    "lakefence_spark_session",
+    "pyspark_hadoop_version",
+    "s3a_enabled",
+    "s3a_hadoop_options",
+    "s3a_packages",
+    "s3a_submit_options",
+    "yarn_credential_provider_conf",
+]
 
 _SCHEMES = ("s3a", "lakefs")
+
+#: Maven group:artifact of the S3A connector.
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
+#: A Spark conf the operator (or a DAG) sets to ask the job for S3A: ``true`` / ``false``.
+S3A_CONF = "spark.lakefence.s3a"
+#: The same switch as an environment variable (wins over the conf).
+S3A_ENV = "LAKEFENCE_S3A"
+_S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+# lakeFS ignores the region, but the AWS SDK v2 insists on one and would otherwise probe for it.
+_GATEWAY_REGION = "us-east-1"
+
+#: Output committer settings for writes through the lakeFS S3 gateway (why: docs/spark.md).
+#: The classic FileOutputCommitter, algorithm 1: a task attempt's files become visible only
+#: through its committed rename, so failed or speculative attempts leave nothing behind, and the
+#: job's ``_temporary`` tree is deleted at job commit. Atomicity of the whole output comes from
+#: the staging branch (nothing reaches the target before the operator's merge), not from the
+#: committer. No ``_SUCCESS`` marker: the published commit is the success marker.
+COMMITTER_SETTINGS: Mapping[str, str] = {
+    "mapreduce.fileoutputcommitter.algorithm.version": "1",
+    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "mapreduce.fileoutputcommitter.cleanup-failures.ignored": "false",
+    "fs.s3a.committer.name": "file",
+}
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class JobEnvironmentError(LakeFenceError, RuntimeError):
+    """The job's environment lacks what the operator passes (locations, credentials, S3A)."""
+
+
+class S3AConfigError(InvalidInputError):
+    """The S3A set-up cannot work: no hadoop-aws, or one that does not match Spark's Hadoop."""
 
 
 @dataclass(frozen=True)
 class LakefenceLocations:
     """The locations of one attempt.
 
-    :param endpoint: the lakeFS endpoint URL.
+    :param endpoint: the lakeFS endpoint URL (also the S3 gateway's).
     :param repository: the repository.
     :param input_commit: the commit id to read from.
     :param staging_branch: the attempt's staging branch (``None`` when read-only).
@@ -65,22 +130,22 @@ class LakefenceLocations:
         """Where the job writes ``path``: the workspace or the staging branch.
 
         :param path: a path in the repository.
-        :raises RuntimeError: when the attempt is read-only.
+        :raises JobEnvironmentError: when the attempt is read-only.
         """
         if self.write_mode == "workspace" and self.workspace_dir is not None:
             return (self.workspace_dir / path.lstrip("/")).as_uri()
         if self.write_mode == "direct" and self.staging_branch:
             return self._uri(self.staging_branch, path)
-        raise RuntimeError(f"this attempt writes nothing (write mode {self.write_mode!r})")
+        raise JobEnvironmentError(f"this attempt writes nothing (write mode {self.write_mode!r})")
 
     def output_path(self, path: str = "") -> Path:
         """The local workspace path of ``path`` (workspace mode only).
 
         :param path: a path in the repository.
-        :raises RuntimeError: outside workspace mode.
+        :raises JobEnvironmentError: outside workspace mode.
         """
         if self.write_mode != "workspace" or self.workspace_dir is None:
-            raise RuntimeError("output_path is only available in workspace mode")
+            raise JobEnvironmentError("output_path is only available in workspace mode")
         return self.workspace_dir / path.lstrip("/")
 
 
@@ -89,7 +154,7 @@ def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str
 
     :param environ: the environment (default ``os.environ``).
     :param scheme: ``s3a`` or ``lakefs``.
-    :raises RuntimeError: if the job was not started by the fenced operator.
+    :raises JobEnvironmentError: if the job was not started by the fenced operator.
     :raises ValueError: for an unknown scheme.
     """
     if scheme not in _SCHEMES:
@@ -99,10 +164,10 @@ def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str
         name for name in ("LAKEFS_ENDPOINT", "LAKEFENCE_REPOSITORY", "LAKEFENCE_INPUT_COMMIT") if not env.get(name)
     ]
     if missing:
-        raise RuntimeError(f"not started by FencedSparkPublishOperator: {', '.join(missing)} unset")
+        raise JobEnvironmentError(f"not started by FencedSparkPublishOperator: {', '.join(missing)} unset")
     workspace = env.get("LAKEFENCE_WORKSPACE_DIR")
     return LakefenceLocations(
-        endpoint=env["LAKEFS_ENDPOINT"],
+        endpoint=env["LAKEFS_ENDPOINT"].rstrip("/").removesuffix("/api/v1"),
         repository=env["LAKEFENCE_REPOSITORY"],
         input_commit=env["LAKEFENCE_INPUT_COMMIT"],
         staging_branch=env.get("LAKEFENCE_STAGING_BRANCH") or None,
@@ -112,24 +177,341 @@ def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str
     )
 
 
+# -- submit side: hadoop-aws ----------------------------------------------------------------
+
+
+def _spark_home() -> Path:
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "jars").is_dir():
+        return Path(home)
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise S3AConfigError("pyspark is not installed and SPARK_HOME has no jars/: cannot tell Spark's Hadoop version")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def pyspark_hadoop_version(spark_home: str | os.PathLike[str] | None = None) -> str:
+    """The Hadoop version Spark was built with, read from its ``jars/hadoop-client-api-<v>.jar``.
+
+    :param spark_home: the Spark installation (default: ``SPARK_HOME`` if it has ``jars/``, else
+        the installed pyspark package, which is what ``spark-submit`` from the environment runs).
+    :raises S3AConfigError: when no single Hadoop client jar is found.
+    """
+    home = Path(spark_home) if spark_home is not None else _spark_home()
+    jars = sorted((home / "jars").glob("hadoop-client-api-*.jar"))
+    if len(jars) != 1:
+        raise S3AConfigError(f"expected one hadoop-client-api-*.jar in {home / 'jars'}, found {len(jars)}")
+    return jars[0].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def hadoop_aws_coordinate(hadoop_version: str | None = None) -> str:
+    """The Maven coordinate of the S3A connector matching Spark's Hadoop.
+
+    :param hadoop_version: default :func:`pyspark_hadoop_version`.
+    :raises S3AConfigError: when the version cannot be determined.
+    """
+    return f"{HADOOP_AWS}:{hadoop_version or pyspark_hadoop_version()}"
+
+
+def s3a_packages(packages: str | None = None, *, hadoop_version: str | None = None) -> str:
+    """``--packages`` with the matching hadoop-aws added to the DAG's own packages.
+
+    hadoop-aws must be exactly Spark's Hadoop version: another one fails later with linkage
+    errors deep inside a task, so a differing pinned coordinate is refused here.
+
+    :param packages: the DAG's comma-separated coordinates, if any.
+    :param hadoop_version: default :func:`pyspark_hadoop_version`.
+    :raises S3AConfigError: if ``packages`` pins hadoop-aws at another version.
+    """
+    wanted = hadoop_aws_coordinate(hadoop_version)
+    items = [item.strip() for item in (packages or "").split(",") if item.strip()]
+    for item in items:
+        group, _, rest = item.partition(":")
+        artifact = rest.partition(":")[0]
+        if f"{group}:{artifact}" != HADOOP_AWS:
+            continue
+        if item != wanted:
+            raise S3AConfigError(
+                f"packages pin {item!r} but this Spark is built on Hadoop {wanted.rsplit(':', 1)[1]}: "
+                f"hadoop-aws must match it exactly; use {wanted!r} (or drop it and let lakefence add it)"
+            )
+        return ",".join(items)
+    return ",".join([*items, wanted])
+
+
+@dataclass(frozen=True)
+class S3ASubmitOptions:
+    """What ``spark-submit`` needs for a job that reads or writes lakeFS through S3A.
+
+    :param packages: the ``packages`` argument (comma-separated coordinates).
+    :param conf: the ``conf`` argument; no secrets.
+    """
+
+    packages: str
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+def s3a_submit_options(
+    packages: str | None = None, conf: Mapping[str, Any] | None = None, *, hadoop_version: str | None = None
+) -> S3ASubmitOptions:
+    """The operator-side half of S3A: packages and confs to pass to ``spark-submit``.
+
+    The operator (or a DAG) calls this and passes ``packages=`` / ``conf=`` on; the job-side
+    half, :func:`configure_s3a`, runs inside the job. The result holds no credential.
+
+    :param packages: the DAG's own ``packages``.
+    :param conf: the DAG's own ``conf``; kept, with :data:`S3A_CONF` set to ``true``.
+    :param hadoop_version: default :func:`pyspark_hadoop_version`.
+    :raises S3AConfigError: see :func:`s3a_packages`.
+    """
+    merged = {str(key): str(value) for key, value in (conf or {}).items()}
+    merged[S3A_CONF] = "true"
+    return S3ASubmitOptions(s3a_packages(packages, hadoop_version=hadoop_version), merged)
+
+
+# -- cluster managers: credentials by reference ---------------------------------------------
+
+_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_K8S_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def kubernetes_secret_conf(
+    secret_name: str,
+    *,
+    access_key_id_key: str = "access_key_id",
+    secret_access_key_key: str = "secret_access_key",
+    executors: bool = False,
+) -> dict[str, str]:
+    """Spark confs that give the driver pod the lakeFS credentials from a Kubernetes Secret.
+
+    ``spark.kubernetes.driver.secretKeyRef.ENV=secret:key`` makes Kubernetes inject the value
+    into the pod's environment: argv carries only the Secret's name. Executors need nothing: the
+    job puts the credentials into its Hadoop configuration (:func:`configure_s3a`), which travels
+    with the tasks; ``executors=True`` also injects them into executor pods (for jobs that read
+    them from the environment themselves).
+
+    :param secret_name: the Secret in the job's namespace.
+    :param access_key_id_key: the Secret's key holding the access key id.
+    :param secret_access_key_key: the Secret's key holding the secret access key.
+    :param executors: also reference the Secret from executor pods.
+    :raises InvalidInputError: for names Kubernetes would refuse.
+    """
+    if len(secret_name) > 253 or not _K8S_NAME_RE.fullmatch(secret_name):
+        raise InvalidInputError(f"{secret_name!r} is not a valid Kubernetes Secret name")
+    for key in (access_key_id_key, secret_access_key_key):
+        if len(key) > 253 or not _K8S_KEY_RE.fullmatch(key):
+            raise InvalidInputError(f"{key!r} is not a valid Kubernetes Secret key")
+    roles = ("driver", "executor") if executors else ("driver",)
+    conf: dict[str, str] = {}
+    for role in roles:
+        conf[f"spark.kubernetes.{role}.secretKeyRef.LAKEFS_ACCESS_KEY_ID"] = f"{secret_name}:{access_key_id_key}"
+        conf[f"spark.kubernetes.{role}.secretKeyRef.LAKEFS_SECRET_ACCESS_KEY"] = (
+            f"{secret_name}:{secret_access_key_key}"
+        )
+    return conf
+
+
+def yarn_credential_provider_conf(provider_path: str) -> dict[str, str]:
+    """Spark confs that let S3A read the lakeFS key pair from a Hadoop credential store (YARN).
+
+    Create the store once with ``hadoop credential create fs.s3a.bucket.<repository>.access.key
+    -provider jceks://hdfs/...`` (and ``...secret.key``); the job then finds no credentials in
+    its environment and :func:`configure_s3a` leaves them to the store.
+
+    :param provider_path: e.g. ``jceks://hdfs@namenode/user/airflow/lakefs.jceks``.
+    :raises InvalidInputError: for a path that is not a credential provider URI.
+    """
+    if not re.fullmatch(r"[a-z0-9]+://\S+", provider_path):
+        raise InvalidInputError(f"{provider_path!r} is not a Hadoop credential provider URI (jceks://...)")
+    return {"spark.hadoop.hadoop.security.credential.provider.path": provider_path}
+
+
+# -- job side: S3A --------------------------------------------------------------------------
+
+
+def s3a_hadoop_options(locations: LakefenceLocations, access_key_id: str, secret_access_key: str) -> dict[str, str]:
+    """The Hadoop options pointing S3A at the lakeFS gateway for this repository only.
+
+    Per-bucket keys (``fs.s3a.bucket.<repository>.*``) leave every other bucket on its usual S3
+    settings. The result holds the secret: set it into a Hadoop configuration, never log it.
+
+    :param locations: from :func:`lakefence_locations`.
+    :param access_key_id: the lakeFS access key id.
+    :param secret_access_key: the lakeFS secret access key.
+    """
+    bucket = f"fs.s3a.bucket.{locations.repository}"
+    options = {
+        f"{bucket}.endpoint": locations.endpoint,
+        f"{bucket}.endpoint.region": _GATEWAY_REGION,
+        f"{bucket}.path.style.access": "true",
+        f"{bucket}.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        f"{bucket}.access.key": access_key_id,
+        f"{bucket}.secret.key": secret_access_key,
+    }
+    options.update(COMMITTER_SETTINGS)
+    return options
+
+
+def _hadoop_conf(spark: Any) -> Any:
+    return spark.sparkContext._jsc.hadoopConfiguration()
+
+
 def configure_s3a(spark: Any, locations: LakefenceLocations, environ: Mapping[str, str] | None = None) -> None:
     """Point S3A at the lakeFS S3 gateway for this repository, credentials from the environment.
 
-    Sets per-bucket Hadoop options at runtime (``fs.s3a.bucket.<repository>.*``), so the secret
-    is never a command-line argument or a Spark conf visible in the UI.
+    Sets :func:`s3a_hadoop_options` in the SparkContext's Hadoop configuration at run time, so
+    the secret is never a command-line argument or a Spark conf; executors receive it inside the
+    job's Hadoop configuration. Without credentials in the environment (YARN, Kubernetes set-ups
+    where the cluster provides them), the credential keys are left to the cluster's Hadoop
+    configuration or credential store.
 
     :param spark: the ``SparkSession``.
     :param locations: from :func:`lakefence_locations`.
     :param environ: the environment (default ``os.environ``).
-    :raises RuntimeError: if the credentials are not in the environment.
+    :raises JobEnvironmentError: if neither the environment nor the Hadoop configuration holds
+        credentials for the repository.
     """
     env = os.environ if environ is None else environ
     key, secret = env.get("LAKEFS_ACCESS_KEY_ID"), env.get("LAKEFS_SECRET_ACCESS_KEY")
-    if not key or not secret:
-        raise RuntimeError("LAKEFS_ACCESS_KEY_ID / LAKEFS_SECRET_ACCESS_KEY are not set in the job's environment")
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop = _hadoop_conf(spark)
     bucket = f"fs.s3a.bucket.{locations.repository}"
-    hadoop.set(f"{bucket}.endpoint", locations.endpoint)
-    hadoop.set(f"{bucket}.path.style.access", "true")
-    hadoop.set(f"{bucket}.access.key", key)
-    hadoop.set(f"{bucket}.secret.key", secret)
+    if key and secret:
+        options = s3a_hadoop_options(locations, key, secret)
+    else:
+        provided = hadoop.get(f"{bucket}.access.key") or hadoop.get("hadoop.security.credential.provider.path")
+        if not provided:
+            raise JobEnvironmentError(
+                "LAKEFS_ACCESS_KEY_ID / LAKEFS_SECRET_ACCESS_KEY are not set in the job's environment and the "
+                f"Hadoop configuration has no {bucket}.access.key nor a credential provider"
+            )
+        options = {
+            name: value
+            for name, value in s3a_hadoop_options(locations, "", "").items()
+            if not name.endswith((".access.key", ".secret.key", ".aws.credentials.provider"))
+        }
+    for name, value in options.items():
+        hadoop.set(name, value)
+
+
+def _check_s3a_classpath(spark: Any) -> bool:
+    """Whether S3A is loadable; raise if its hadoop-aws does not match Spark's Hadoop."""
+    if _hadoop_conf(spark).getClassByNameOrNull(_S3A_CLASS) is None:
+        return False
+    hadoop_version = str(spark.sparkContext._jvm.org.apache.hadoop.util.VersionInfo.getVersion())
+    jars = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    for jar in jars.split(","):
+        match = re.search(r"hadoop-aws-(\d[^/]*?)\.jar$", jar)
+        if match and match.group(1) != hadoop_version:
+            raise S3AConfigError(
+                f"hadoop-aws {match.group(1)} is on the classpath but Spark runs Hadoop {hadoop_version}: "
+                f"use {HADOOP_AWS}:{hadoop_version} (airflow_lakefence.spark.s3a_packages())"
+            )
+    return True
+
+
+def s3a_enabled(spark: Any, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this job should use S3A: asked for (:data:`S3A_ENV` / :data:`S3A_CONF`) or available.
+
+    Unset means "when hadoop-aws is on the classpath": a DAG that passes the packages from
+    :func:`s3a_submit_options` gets S3A, one that does not (the embedded demo, whose local
+    lakeFS server has no S3 gateway) gets the job's fallback.
+
+    :param spark: the ``SparkSession``.
+    :param environ: the environment (default ``os.environ``).
+    :raises S3AConfigError: if S3A is asked for but hadoop-aws is missing or mismatched.
+    """
+    env = os.environ if environ is None else environ
+    wanted = (env.get(S3A_ENV) or spark.conf.get(S3A_CONF, None) or "").strip().lower()
+    if wanted in _FALSE:
+        return False
+    available = _check_s3a_classpath(spark)
+    if wanted in _TRUE and not available:
+        raise S3AConfigError(
+            f"S3A was asked for but {_S3A_CLASS} is not on the classpath: submit with "
+            f"packages={hadoop_aws_coordinate()!r} (airflow_lakefence.spark.s3a_submit_options())"
+        )
+    return available
+
+
+@dataclass(frozen=True)
+class LakefenceJob:
+    """A Spark session set up for one fenced attempt.
+
+    :param spark: the ``SparkSession``.
+    :param locations: the attempt's locations.
+    :param s3a: whether S3A is configured for the lakeFS gateway.
+    """
+
+    spark: Any
+    locations: LakefenceLocations
+    s3a: bool
+
+    def input_uri(self, path: str = "") -> str:
+        """The URI of ``path`` at the pinned input commit (needs S3A or the lakeFS FileSystem).
+
+        :param path: a path in the repository.
+        :raises JobEnvironmentError: without S3A under the ``s3a`` scheme.
+        """
+        if self.locations.scheme == "s3a" and not self.s3a:
+            raise JobEnvironmentError(self._no_s3a("reading the input commit with Spark"))
+        return self.locations.input_uri(path)
+
+    def output_uri(self, path: str = "") -> str:
+        """Where the job writes ``path`` (see :meth:`LakefenceLocations.output_uri`).
+
+        :param path: a path in the repository.
+        :raises JobEnvironmentError: in direct mode without S3A, or when read-only.
+        """
+        if self.locations.write_mode == "direct" and self.locations.scheme == "s3a" and not self.s3a:
+            raise JobEnvironmentError(self._no_s3a("direct mode"))
+        return self.locations.output_uri(path)
+
+    @staticmethod
+    def _no_s3a(what: str) -> str:
+        return (
+            f"{what} goes through the lakeFS S3 gateway, but S3A is not available: submit with "
+            "airflow_lakefence.spark.s3a_submit_options() (packages=hadoop-aws matching Spark's Hadoop)"
+        )
+
+    def stop(self) -> None:
+        """Stop the session."""
+        self.spark.stop()
+
+    def __enter__(self) -> LakefenceJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def lakefence_spark_session(
+    app_name: str | None = None,
+    *,
+    builder: Any = None,
+    environ: Mapping[str, str] | None = None,
+    scheme: str = "s3a",
+) -> LakefenceJob:
+    """Start (or get) the job's ``SparkSession``, configured for the attempt's lakeFS locations.
+
+    S3A is configured for the lakeFS gateway when :func:`s3a_enabled` says so; a DAG author
+    writes no S3A configuration.
+
+    :param app_name: the application name, if the job sets one.
+    :param builder: a ``SparkSession.Builder`` to start from (default ``SparkSession.builder``).
+    :param environ: the environment (default ``os.environ``).
+    :param scheme: ``s3a`` or ``lakefs`` (the lakeFS FileSystem, configured by the cluster).
+    :raises JobEnvironmentError: outside the fenced operator, or without credentials for S3A.
+    :raises S3AConfigError: when S3A is asked for and cannot work.
+    """
+    locations = lakefence_locations(environ, scheme=scheme)
+    if builder is None:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+    if app_name:
+        builder = builder.appName(app_name)
+    spark = builder.getOrCreate()
+    use_s3a = scheme == "s3a" and s3a_enabled(spark, environ)
+    if use_s3a:
+        configure_s3a(spark, locations, environ)
+    return LakefenceJob(spark, locations, use_s3a)

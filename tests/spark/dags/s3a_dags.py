@@ -1,0 +1,89 @@
+"""DAGs of the S3A / Spark-cluster tier, run under ``dag.test()``.
+
+dag_run.conf keys: repository, input_ref, event_log_dir, probe (the probe job's spec, JSON).
+The Spark connections: ``spark_local`` (``local[2]``, tests/conftest.py) and ``spark_cluster``
+(the session's standalone master, set by tests/spark/conftest.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_lakefence.operators import FencedSparkPublishOperator
+from airflow_lakefence.spark import s3a_submit_options
+
+HERE = Path(__file__).resolve().parent
+EXAMPLE_JOB = str(HERE.parents[2] / "dags_examples" / "jobs" / "daily_counts.py")
+PROBE_JOB = str(HERE.parent / "jobs" / "probe_job.py")
+
+#: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
+FAILURES: dict[tuple[str, int], BaseException] = {}
+
+# What a DAG author writes for S3A: the operator-side options, nothing about endpoints or keys.
+S3A = s3a_submit_options(
+    conf={
+        "spark.pyspark.python": sys.executable,
+        "spark.sql.shuffle.partitions": "2",
+        "spark.log.level": "WARN",
+        "spark.driver.host": "127.0.0.1",
+        "spark.executor.memory": "512m",
+        # The probes read the live UI's REST API and the event log.
+        "spark.ui.enabled": "true",
+        "spark.ui.port": "0",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": "{{ dag_run.conf['event_log_dir'] }}",
+        # Plain JSON lines, so the tests can search the file for the secret.
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        # One retry per task inside Spark: the probe's failing first attempts get a second one.
+        "spark.task.maxFailures": "2",
+    }
+)
+
+
+def _record_failure(context: Any) -> None:
+    ti = context["ti"]
+    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
+
+
+def _dag(dag_id: str, retries: int = 0) -> DAG:
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
+    )
+
+
+def _fenced(conn_id: str, application: str, write_mode: str, output_prefix: str) -> FencedSparkPublishOperator:
+    return FencedSparkPublishOperator(
+        task_id="publish",
+        conn_id=conn_id,
+        application=application,
+        packages=S3A.packages,
+        conf=S3A.conf,
+        env_vars={"SPARK_LOCAL_IP": "127.0.0.1", "LAKEFENCE_PROBE": "{{ dag_run.conf.get('probe', {}) | tojson }}"},
+        repository="{{ dag_run.conf['repository'] }}",
+        target_branch="main",
+        input_ref="{{ dag_run.conf['input_ref'] }}",
+        write_mode=write_mode,
+        output_prefixes=[output_prefix],
+        stale_grace_period=0,
+    )
+
+
+with _dag("lf_s3a_example_direct") as example_direct_dag:
+    _fenced("spark_local", EXAMPLE_JOB, "direct", "tables/daily_counts/")
+
+with _dag("lf_s3a_example_workspace") as example_workspace_dag:
+    _fenced("spark_local", EXAMPLE_JOB, "workspace", "tables/daily_counts/")
+
+with _dag("lf_s3a_cluster_probe", retries=1) as cluster_probe_dag:
+    _fenced("spark_cluster", PROBE_JOB, "direct", "tables/probe/")

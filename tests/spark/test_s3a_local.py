@@ -1,0 +1,76 @@
+"""The example job through the lakeFS S3 gateway in local mode: S3A read of the pinned input,
+Spark's own writer into the staging branch (direct mode), published by the fenced operator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lakefs
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_lakefence.core.metadata import decode_metadata
+from tests.integration.helpers import staging_branches, xcoms
+from tests.spark.conftest import parquet_rows, seed_events
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.s3a,
+    pytest.mark.real_lakefs,
+    pytest.mark.usefixtures("airflow_db", "lakefs_conn", "gateway_lakefs"),
+]
+
+ROWS = 20_000
+
+
+def _daily_counts(repo: lakefs.Repository, ref: str) -> dict[str, int]:
+    import io
+
+    counts: dict[str, int] = {}
+    for obj in repo.ref(ref).objects(prefix="tables/daily_counts/"):
+        with repo.ref(ref).object(obj.path).reader(mode="rb", pre_sign=False) as fd:
+            for row in pq.read_table(io.BytesIO(fd.read())).to_pylist():
+                counts[row["day"]] = row["events"]
+    return counts
+
+
+@pytest.mark.parametrize("mode", ["direct", "workspace"])
+def test_example_job_reads_the_pinned_commit_through_s3a(
+    mode: str,
+    s3a_dags: Any,
+    lakefs_repo: lakefs.Repository,
+    gateway_lakefs: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    input_commit = seed_events(lakefs_repo, ROWS)
+    dag = s3a_dags.example_direct_dag if mode == "direct" else s3a_dags.example_workspace_dag
+    run_conf = {"repository": lakefs_repo.id, "input_ref": input_commit, "event_log_dir": tmp_path.as_uri()}
+    dr = dag.test(run_conf=run_conf)
+    output = "".join(capfd.readouterr())
+    assert dr.state == "success", s3a_dags.FAILURES
+
+    values = xcoms(dr, "publish")
+    head = lakefs_repo.branch("main").get_commit()
+    assert values["decision"] == "merge" and values["output_ref"] == head.id
+    assert head.parents == [input_commit, values["staged_commit"]]
+    assert decode_metadata(head.metadata).role == "publish"  # type: ignore[union-attr]
+    paths, rows = parquet_rows(lakefs_repo, head.id, "tables/daily_counts/")
+    # One part file and nothing else: no _SUCCESS, no _temporary, no directory markers.
+    assert len(paths) == 1 and paths[0].startswith("tables/daily_counts/part-") and paths[0].endswith(".parquet")
+    assert rows == 7
+    assert sum(_daily_counts(lakefs_repo, head.id).values()) == ROWS
+    assert staging_branches(lakefs_repo) == []
+
+    # The job read with Spark through S3A; the task log holds the job's output and the logged
+    # spark-submit command, and neither holds the secret.
+    assert f"from input commit {input_commit} (input read via s3a)" in output
+    assert "Spark-Submit cmd:" in output and "--packages org.apache.hadoop:hadoop-aws:" in output
+    assert gateway_lakefs.secret_access_key not in output
+    logs = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(logs) == 1
+    event_log = logs[0].read_text()
+    assert f'"spark.lakefence.repository":"{lakefs_repo.id}"' in event_log.replace(" ", "")
+    assert gateway_lakefs.secret_access_key not in event_log
