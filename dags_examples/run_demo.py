@@ -1,9 +1,17 @@
-"""Run the example DAG end to end on this machine and print the published commit.
+"""Run the example DAG on this machine: end to end under ``dag.test()``, or in the Airflow UI.
 
 Everything is embedded: a SQLite Airflow metadata DB in a fresh home, local Spark (``local[2]``),
-and the project's local lakeFS-compatible server on loopback. ``tox -e demo`` runs this file.
+and the project's local lakeFS-compatible server on loopback (the ``testing`` extra).
+``tox -e demo`` runs the first mode.
 
-Usage: ``python dags_examples/run_demo.py [--home DIR] [--rows N]``
+Usage:
+
+- ``python dags_examples/run_demo.py [--home DIR] [--rows N]``: run the DAG once with
+  ``dag.test()`` and print the published commit.
+- ``python dags_examples/run_demo.py --ui [--port 8080] [--home DIR]``: start the local lakeFS
+  server with a seeded repository, prepare Airflow (the ``lakefs_default`` and ``spark_default``
+  connections, the target's 1-slot pool) and run ``airflow standalone``; trigger the DAG in the UI.
+  Ctrl-C stops everything.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ def configure_airflow(home: Path, endpoint: str, secret: str) -> None:
             ),
             "LAKEFENCE_EXAMPLE_REPOSITORY": REPOSITORY,
             "PYSPARK_PYTHON": sys.executable,
+            # Spark would otherwise bind to the machine's external address.
+            "SPARK_LOCAL_IP": "127.0.0.1",
         }
     )
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -80,13 +90,92 @@ def run_example_dag() -> Any:
     return bag.get_dag(DAG_ID).test()
 
 
+POOL = f"lakefs_{REPOSITORY}_main"
+
+
+def prepare_ui(home: Path, endpoint: str, secret: str, port: int) -> None:
+    """Migrate the DB and save what the example needs, as a user would in the UI or with the CLI.
+
+    The ``lakefs_default`` connection is stored in the metadata DB (visible and testable in the UI,
+    Admin > Connections) instead of the environment; the 1-slot pool is the one
+    ``airflow pools set lakefs_example-repo_main 1 "one writer"`` creates.
+    """
+    del os.environ["AIRFLOW_CONN_LAKEFS_DEFAULT"]
+    os.environ.update(
+        {
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            # A local demo: no login page, and the connection form's Test button enabled.
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        }
+    )
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    from airflow.models.connection import Connection
+    from airflow.models.pool import Pool
+    from airflow.utils.session import create_session
+
+    Pool.create_or_update_pool(POOL, slots=1, description="one writer per target branch", include_deferred=False)
+    with create_session() as session:
+        session.query(Connection).filter(Connection.conn_id == "lakefs_default").delete()
+        session.add(
+            Connection(
+                conn_id="lakefs_default",
+                conn_type="lakefs",
+                description="the demo's local lakeFS-compatible server",
+                host=endpoint,
+                login=ACCESS_KEY_ID,
+                password=secret,
+                extra=json.dumps({"verify_ssl": True}),
+            )
+        )
+
+
+def serve_ui(home: Path, rows: int, port: int) -> int:
+    """Start lakeFS and ``airflow standalone``; return when either stops (Ctrl-C stops both)."""
+    import secrets
+
+    import lakefs
+
+    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+
+    secret = secrets.token_urlsafe(24)
+    with LakeFSServer(home / "lakefs", access_key_id=ACCESS_KEY_ID, secret_access_key=secret) as server:
+        client = lakefs.Client(host=server.url, username=ACCESS_KEY_ID, password=secret)
+        input_commit = seed_events(client, REPOSITORY, rows, home / "storage")
+        configure_airflow(home, server.url, secret)
+        prepare_ui(home, server.url, secret, port)
+        print(
+            f"lakeFS (local test server): {server.url}, "
+            f"repository {REPOSITORY!r} seeded (main at {input_commit[:12]})\n"
+            f"Airflow home: {home}\n"
+            f"Starting Airflow; in a minute open http://127.0.0.1:{port}/dags/{DAG_ID} (no login),\n"
+            "switch the DAG on (or tick 'unpause' in the trigger dialog), press Trigger. Ctrl-C stops.\n",
+            flush=True,
+        )
+        standalone = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], cwd=home)
+        try:
+            return standalone.wait()
+        except KeyboardInterrupt:
+            standalone.terminate()
+            try:
+                return standalone.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                standalone.kill()
+                return standalone.wait()
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", type=Path, default=None, help="Airflow home and lakeFS data (default: a temp dir)")
     parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--ui", action="store_true", help="run the Airflow UI (airflow standalone) instead")
+    parser.add_argument("--port", type=int, default=8080, help="the Airflow UI's port (with --ui)")
     args = parser.parse_args()
     home = (args.home or Path(tempfile.mkdtemp(prefix="lakefence-demo-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
+    if args.ui:
+        return serve_ui(home, args.rows, args.port)
 
     import secrets
 

@@ -15,16 +15,18 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 import airflow_lakefence  # noqa: E402
 
-project = "airflow-lakefence"
+project = "airflow-provider-lakefence"
 author = "the airflow-lakefence authors"
 release = version = airflow_lakefence.__version__
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.viewcode", "sphinxcontrib.mermaid"]
 myst_enable_extensions = ["colon_fence"]
+# ```mermaid fences (which GitHub renders too) become the mermaid directive: one diagram source for both.
+myst_fence_as_directive = ["mermaid"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build"]
 html_theme = "furo"
-html_title = f"airflow-lakefence {release}"
+html_title = f"airflow-provider-lakefence {release}"
 autodoc_member_order = "bysource"
 autodoc_inherit_docstrings = False
 autodoc_typehints = "description"
