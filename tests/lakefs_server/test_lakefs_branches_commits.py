@@ -12,6 +12,7 @@ from lakefs.exceptions import (
     ConflictException,
     ForbiddenException,
     NotFoundException,
+    ServerException,
 )
 
 
@@ -86,8 +87,10 @@ def test_branch_create_get_delete(lakefs_repo: lakefs.Repository) -> None:
         lakefs_repo.branch("bad/name").create("main")
     with pytest.raises(BadRequestException):
         _ = lakefs_repo.branch("bad~name").head
-    with pytest.raises(BadRequestException):
+    # lakeFS's getCommit maps only "not found"; an unparsable ref is a 500 there.
+    with pytest.raises(ServerException) as unparsable:
         lakefs_repo.ref("main~x").get_commit()
+    assert unparsable.value.status_code == 500
     feature.delete()
     with pytest.raises(NotFoundException):
         feature.get_commit()
@@ -208,8 +211,10 @@ def test_ref_expressions(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.C
     assert lakefs_repo.ref(f"{c2.id}~1").get_commit().id == c1.id
     with pytest.raises(NotFoundException):
         lakefs_repo.ref("main~10").get_commit()
-    with pytest.raises(BadRequestException):
+    # An out-of-range parent is an invalid ref: getCommit answers it with a 500 (as lakeFS).
+    with pytest.raises(ServerException) as out_of_range:
         lakefs_repo.ref("main^2").get_commit()
+    assert out_of_range.value.status_code == 500
     # `main@` reads only committed data; `main` also sees uncommitted changes.
     _put(main, "staged-only")
     assert main.object("staged-only").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import http
 import json
 import socket
 import time
@@ -33,6 +34,21 @@ META_HEADER_PREFIX = "x-lakefs-meta-"
 INTERNAL_HEADER_PREFIX = "x-lakefs-internal-"
 INTERNAL_METADATA_PREFIX = "::lakefs::"
 _UNAUTHENTICATED = {"healthCheck"}
+RAW_HEADERS_KEY = "lakefence.raw_headers"
+# Query parameters lakeFS's OpenAPI validator checks before anything else (even authentication):
+# name -> schema, as in api/swagger.yml.
+_AMOUNT_SCHEMA = {"default": 100, "maximum": 1000, "minimum": -1, "type": "integer"}
+_DIFF_TYPE_SCHEMA = {"default": "three_dot", "enum": ["two_dot", "three_dot"], "type": "string"}
+_REQUIRED_QUERY = {
+    "statObject": ("path",),
+    "getObject": ("path",),
+    "headObject": ("path",),
+    "uploadObject": ("path",),
+    "deleteObject": ("path",),
+    "updateObjectUserMetadata": ("path",),
+    "copyObject": ("dest_path",),
+    "hardResetBranch": ("ref",),
+}
 
 _R = "/api/v1/repositories/<repository>"
 _ROUTES: list[tuple[str, str, str]] = [
@@ -81,6 +97,22 @@ _ROUTES: list[tuple[str, str, str]] = [
 ]
 
 
+# Where Go's http.StatusText differs from Python's phrases (lakeFS answers with Go's).
+_GO_REASONS = {203: "Non-Authoritative Info", 414: "Request URI Too Long"}
+
+
+def go_status_line(code: int) -> str:
+    """Return ``"<code> <reason>"`` as Go's net/http writes it (``409 Conflict``, not ``409 CONFLICT``).
+
+    :param code: HTTP status code.
+    """
+    try:
+        reason = _GO_REASONS.get(code) or http.HTTPStatus(code).phrase
+    except ValueError:
+        reason = ""
+    return f"{code} {reason}".rstrip()
+
+
 def json_response(status: int, body: Any) -> Response:
     """Return a JSON response.
 
@@ -119,6 +151,52 @@ def _amount(request: Request) -> int:
     if value <= 0:
         return DEFAULT_PER_PAGE
     return min(value, MAX_PER_PAGE)
+
+
+def _schema_error(name: str, problem: str, schema: dict[str, Any], value: Any) -> errors.ApiError:
+    # The text kin-openapi (lakeFS's request validator) writes, schema and value included.
+    def indent(text: str) -> str:
+        return "\n".join("  " + line for line in text.splitlines())
+
+    return errors.bad_request(
+        f'parameter "{name}" in query has an error: {problem}\nSchema:\n'
+        f"{indent(json.dumps(schema, indent=2, sort_keys=True))}\n\nValue:\n{indent(json.dumps(value))}\n"
+    )
+
+
+def _validate_query(operation: str, request: Request) -> None:
+    """Check query parameters as lakeFS's OpenAPI middleware does, before authentication."""
+    for name in _REQUIRED_QUERY.get(operation, ()):
+        value = request.args.get(name)
+        if value is None:
+            raise errors.bad_request(f'parameter "{name}" in query has an error: value is required but missing')
+        if value == "":
+            raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
+    if operation == "logCommits":
+        for name in ("objects", "prefixes"):
+            if "" in request.args.getlist(name):
+                raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
+    if operation == "logCommits":
+        for name in ("objects", "prefixes"):
+            if "" in request.args.getlist(name):
+                raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
+    raw = request.args.get("amount")
+    if raw:
+        try:
+            amount = int(raw)
+        except ValueError:
+            raise errors.bad_request(
+                f'parameter "amount" in query has an error: value {raw}: an invalid integer: invalid syntax'
+            ) from None
+        high, low = int(str(_AMOUNT_SCHEMA["maximum"])), int(str(_AMOUNT_SCHEMA["minimum"]))
+        if amount > high:
+            raise _schema_error("amount", f"number must be at most {high}", _AMOUNT_SCHEMA, amount)
+        if amount < low:
+            raise _schema_error("amount", f"number must be at least {low}", _AMOUNT_SCHEMA, amount)
+    diff_type = request.args.get("type")
+    if operation == "diffRefs" and diff_type is not None and diff_type not in _DIFF_TYPE_SCHEMA["enum"]:
+        allowed = json.dumps(_DIFF_TYPE_SCHEMA["enum"], separators=(",", ":"))
+        raise _schema_error("type", f"value is not one of the allowed values {allowed}", _DIFF_TYPE_SCHEMA, diff_type)
 
 
 def _body(request: Request) -> dict[str, Any]:
@@ -235,6 +313,7 @@ class LakeFSApp:
             response = self._control(request)
         else:
             response = self._api(request, environ)
+        response.status = go_status_line(response.status_code)
         return response(environ, start_response)
 
     def _authenticated(self, request: Request) -> bool:
@@ -252,9 +331,13 @@ class LakeFSApp:
         except MethodNotAllowed:
             return json_response(405, {"message": "method not allowed"})
         except NotFound:
-            return json_response(404, {"message": "path not found"})
+            return json_response(404, {"message": "invalid API endpoint"})
         except HTTPException as exc:
             return json_response(exc.code or 400, {"message": str(exc.description)})
+        try:
+            _validate_query(str(operation), request)
+        except errors.ApiError as exc:
+            return _error(exc)
         fired = self.controls.record_call(str(operation))
         latency = self.controls.latency()
         if latency:
@@ -630,7 +713,7 @@ class LakeFSApp:
         else:
             blob = self.store.put_blob(request.stream)
         metadata = {}
-        for key, value in request.headers.items():
+        for key, value in request.environ.get(RAW_HEADERS_KEY) or request.headers.items():
             lowered = key.lower()
             if lowered.startswith(META_HEADER_PREFIX):
                 metadata[lowered[len(META_HEADER_PREFIX):]] = value
@@ -658,8 +741,14 @@ class LakeFSApp:
             raise errors.bad_request("paths must be strings")
         if len(paths) > DELETE_OBJECTS_MAX:
             raise errors.bad_request(f"request size exceeded, max paths is set to {DELETE_OBJECTS_MAX}")
-        # lakeFS skips empty paths (Spark deletes "branch/") and reports no per-path errors here.
-        self.store.delete_objects(repository, branch, [p for p in paths if p], _bool(request, "force"))
+        # lakeFS skips empty paths (Spark deletes "branch/") and treats "not found" (of a path,
+        # or of the branch itself) as deleted: no per-path errors.
+        try:
+            self.store.delete_objects(repository, branch, [p for p in paths if p], _bool(request, "force"))
+        except errors.ApiError as exc:
+            if exc.status != 404:
+                raise
+            self.store.get_repository(repository)
         return json_response(200, {"errors": []})
 
     def op_copyObject(self, request: Request, repository: str, branch: str) -> Response:
@@ -711,7 +800,8 @@ class LakeFSApp:
                 )
             else:
                 stats = entry.stats(path, with_metadata)
-                if not with_metadata:
+                # lakeFS leaves out empty metadata in listings (omitempty).
+                if not stats["metadata"]:
                     del stats["metadata"]
                 results.append(stats)
         return json_response(200, {"pagination": _pagination(results, page.has_more, "path"), "results": results})

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -58,3 +62,24 @@ def dirty_branch(branch: str) -> ApiError:
 def not_implemented() -> ApiError:
     """Return the 501 open-source lakeFS sends for unsupported preconditions."""
     return ApiError(501, "Not Implemented")
+
+
+@contextmanager
+def context(prefix: str) -> Iterator[None]:
+    """Prefix the message of an :class:`ApiError` raised inside, as lakeFS wraps its errors.
+
+    Errors with a custom body (a merge conflict) pass through unchanged.
+
+    :param prefix: text put before ``": <message>"``.
+    """
+    try:
+        yield
+    except ApiError as exc:
+        if exc.body != {"message": exc.message} or not prefix:
+            raise
+        raise ApiError(exc.status, f"{prefix}: {exc.message}") from exc
+
+
+def run_id() -> str:
+    """Return a new hook run id shaped like lakeFS's (20 lower-case base32hex characters)."""
+    return base64.b32hexencode(os.urandom(12)).decode("ascii").lower()[:20]

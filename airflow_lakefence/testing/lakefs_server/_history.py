@@ -7,9 +7,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._actions import run_pre_merge_hooks
 from airflow_lakefence.testing.lakefs_server._model import (
     MERGE_STRATEGIES,
     MERGE_STRATEGY_KEY,
+    REF_RE,
     Commit,
     Entry,
     Page,
@@ -22,6 +24,14 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_ref,
 )
 from airflow_lakefence.testing.lakefs_server._tx import StoreBase, Tx
+
+_INT64_MAX = 2**63 - 1
+
+
+def _clamp_ns(seconds: int) -> int:
+    # lakeFS accepts any int64 date (Go's time.Unix); nanoseconds since 1970 of dates past
+    # about year 2262 do not fit SQLite's 64-bit integers: those are kept at the limit.
+    return max(-_INT64_MAX - 1, min(_INT64_MAX, seconds * 1_000_000_000))
 
 
 class HistoryMixin(StoreBase):
@@ -53,6 +63,13 @@ class HistoryMixin(StoreBase):
         validate_branch_id(branch)
         with self.write() as tx:
             tx.writable_repository(repo, force)
+            if tx.branch_commit(repo, branch) is None and not self._resolves(tx, repo, branch):
+                # lakeFS runs the prepare-commit hooks first, listing the actions of the ref
+                # named like the branch; that fails unless it names a tag or commit.
+                raise errors.not_found(
+                    f"prepare-commit hook aborted, run id '{errors.run_id()}': list actions from commit:"
+                    " listing actions: not found"
+                )
             head = tx.commit(repo, tx.require_branch(repo, branch))
             # lakeFS decides "no changes" by the staged changes, not by tree ids: committing
             # nothing onto a repository's first commit (tree id "") is still no change.
@@ -67,11 +84,19 @@ class HistoryMixin(StoreBase):
                 meta_range_id=tree,
                 metadata=metadata or {},
                 generation=head.generation + 1,
-                creation_ns=None if date is None else date * 1_000_000_000,
+                creation_ns=None if date is None else _clamp_ns(date),
             )
             tx.set_branch(repo, branch, created.id)
             tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
             return created
+
+    @staticmethod
+    def _resolves(tx: Tx, repo: str, ref: str) -> bool:
+        try:
+            tx.resolve(repo, ref)
+        except errors.ApiError:
+            return False
+        return True
 
     def get_commit(self, repo: str, ref: str) -> Commit:
         """Return the commit a ref expression names.
@@ -82,7 +107,17 @@ class HistoryMixin(StoreBase):
         """
         with self.read() as tx:
             tx.repository(repo)
-            return tx.resolve_commit(repo, ref)
+            # getCommit maps only "not found" (404 "commit not found"); a ref it cannot parse
+            # or that names the staging area is a 500 there.
+            try:
+                resolved = tx.resolve(repo, ref)
+            except errors.ApiError as exc:
+                if exc.status == 404 or not REF_RE.match(ref):
+                    raise errors.not_found("commit not found") from exc
+                raise errors.ApiError(500, exc.message) from exc
+            if resolved.staging_only:
+                raise errors.ApiError(500, "ref: invalid value: validation error: should point to a commit")
+            return tx.commit(repo, resolved.commit_id)
 
     def log(
         self,
@@ -113,11 +148,15 @@ class HistoryMixin(StoreBase):
         :raises ApiError: 404 unknown ref.
         """
         paths = [(p, False) for p in objects or []] + [(p, True) for p in prefixes or []]
+        validate_ref(ref)
         with self.read() as tx:
             tx.repository(repo)
-            start = tx.resolve_commit(repo, ref)
-            stop_id = tx.resolve_commit(repo, stop_at).id if stop_at else ""
-            after_id = tx.resolve_commit(repo, after).id if after else ""
+            with errors.context("ref"):
+                start = tx.resolve_commit(repo, ref)
+            with errors.context("stop_at"):
+                stop_id = tx.resolve_commit(repo, stop_at).id if stop_at else ""
+            with errors.context("from ref"):
+                after_id = tx.resolve_commit(repo, after).id if after else ""
             since_ns = None if since is None else since * 1_000_000_000
             it = self._walk(tx, repo, start, first_parent, since_ns)
             if after_id:
@@ -202,6 +241,8 @@ class HistoryMixin(StoreBase):
         :param limit: page size.
         :raises ApiError: 404 unknown refs.
         """
+        validate_ref(left, "left")
+        validate_ref(right, "right")
         with self.read() as tx:
             tx.repository(repo)
             if diff_type == "two_dot":
@@ -218,8 +259,10 @@ class HistoryMixin(StoreBase):
                         yield path, self._diff_item(tx, lval, rval)
 
             else:
-                source = tx.resolve_commit(repo, right)
-                dest = tx.resolve_commit(repo, left)
+                with errors.context(f"get commit by ref {right}"):
+                    source = tx.resolve_commit(repo, right)
+                with errors.context(f"get commit by branch {left}"):
+                    dest = tx.resolve_commit(repo, left)
                 base = tx.merge_base(repo, source.id, dest.id)
 
                 def make_iter(start: str) -> Iterator[tuple[str, Any]]:
@@ -303,8 +346,14 @@ class HistoryMixin(StoreBase):
         """
         with self.read() as tx:
             tx.repository(repo)
-            from_commit = tx.resolve_commit(repo, source)
-            to_commit = tx.resolve_commit(repo, dest)
+            # lakeFS's catalog passes (destination, source) to Graveler.FindMergeBase(from, to)
+            # and answers its (from, to) as (source, destination): the ids come back swapped.
+            validate_ref(dest, "destination")
+            validate_ref(source, "source")
+            with errors.context(f"get commit by ref {dest}"):
+                from_commit = tx.resolve_commit(repo, dest)
+            with errors.context(f"get commit by branch {source}"):
+                to_commit = tx.resolve_commit(repo, source)
             base = tx.merge_base(repo, from_commit.id, to_commit.id)
         return from_commit.id, to_commit.id, base.id
 
@@ -334,25 +383,29 @@ class HistoryMixin(StoreBase):
         :param squash: record only the destination as parent.
         :raises ApiError: 400 no changes / dirty / bad strategy, 404 unknown refs, 409 conflict.
         """
-        validate_branch_id(dest)
-        validate_ref(source)
+        validate_branch_id(dest, "destination")
+        validate_ref(source, "source")
         if strategy not in MERGE_STRATEGIES:
-            raise errors.bad_request("invalid value: validation error")
+            raise errors.bad_request("argument strategy: invalid value: validation error")
         message = message or f"Merge '{source}' into '{dest}'"
         with self.write() as tx:
             tx.writable_repository(repo, force)
             to_commit = tx.commit(repo, tx.require_branch(repo, dest))
             if tx.is_dirty(repo, dest, to_commit.meta_range_id):
-                raise errors.dirty_branch(dest)
-            from_commit = tx.resolve_commit(repo, source)
-            base = tx.merge_base(repo, from_commit.id, to_commit.id)
-            tree = tx.merge_trees(
-                to_commit.meta_range_id,
-                from_commit.meta_range_id,
-                base.meta_range_id,
-                strategy,
-                allow_empty or force,
-            )
+                raise errors.bad_request("uncommitted changes (dirty branch)")
+            # The order of checks of Graveler.Merge: refs, then strategy, then the trees.
+            with errors.context(f"update branch {dest}"):
+                with errors.context(f"get commit by ref {source}"):
+                    from_commit = tx.resolve_commit(repo, source)
+                base = tx.merge_base(repo, from_commit.id, to_commit.id)
+                tree = self._merge_trees_or_conflict(
+                    tx,
+                    to_commit.meta_range_id,
+                    from_commit.meta_range_id,
+                    base.meta_range_id,
+                    strategy,
+                    allow_empty or force,
+                )
             merged_metadata = dict(metadata or {})
             merged_metadata[MERGE_STRATEGY_KEY] = MERGE_STRATEGIES[strategy]
             created = tx.add_commit(
@@ -364,8 +417,20 @@ class HistoryMixin(StoreBase):
                 metadata=merged_metadata,
                 generation=max(to_commit.generation, from_commit.generation) + 1,
             )
+            # As lakeFS: pre-merge hooks of the source's tree see the computed commit before the branch moves.
+            run_pre_merge_hooks(tx, repo=repo, branch=dest, source_ref=source, source=from_commit, merge=created)
             tx.set_branch(repo, dest, created.id)
             return created
+
+    @staticmethod
+    def _merge_trees_or_conflict(tx: Tx, dest: str, source: str, base: str, strategy: str, allow_empty: bool) -> str:
+        # A merge conflict is the one error mergeIntoBranch answers with a MergeResult body.
+        try:
+            return tx.merge_trees(dest, source, base, strategy, allow_empty)
+        except errors.ApiError as exc:
+            if exc.status == 409:
+                raise errors.merge_conflict() from exc
+            raise
 
     def revert(
         self,
@@ -393,9 +458,13 @@ class HistoryMixin(StoreBase):
             or merge commit without parent number.
         """
         validate_branch_id(branch)
+        validate_ref(ref)
+        if parent_number < 0:
+            raise errors.bad_request("argument parentNumber: invalid value: validation error")
         with self.write() as tx:
             tx.writable_repository(repo, force)
-            target = tx.resolve_commit(repo, ref)
+            with errors.context(f"get commit from ref {ref}"):
+                target = tx.resolve_commit(repo, ref)
             if len(target.parents) > 1 and parent_number <= 0:
                 raise errors.conflict("must specify 1-based parent number for reverting merge commit")
             if parent_number > len(target.parents):
@@ -404,13 +473,14 @@ class HistoryMixin(StoreBase):
                 )
             head = tx.commit(repo, tx.require_branch(repo, branch))
             if tx.is_dirty(repo, branch, head.meta_range_id):
-                raise errors.dirty_branch(branch)
+                raise errors.bad_request("uncommitted changes (dirty branch)")
             parent_tree = ""
             if target.parents:
                 parent_tree = tx.commit(repo, target.parents[max(parent_number - 1, 0)]).meta_range_id
-            tree = tx.merge_trees(head.meta_range_id, parent_tree, target.meta_range_id, "", allow_empty)
+            with errors.context("update branch"):
+                tree = tx.merge_trees(head.meta_range_id, parent_tree, target.meta_range_id, "", allow_empty)
             if tree == head.meta_range_id and not allow_empty:
-                raise errors.no_changes("revert")
+                raise errors.bad_request("update branch: no changes")
             created = tx.add_commit(
                 repo,
                 parents=[head.id],
@@ -446,9 +516,13 @@ class HistoryMixin(StoreBase):
         :raises ApiError: 400 dirty/no changes/bad parent, 404 unknown refs, 409 conflict.
         """
         validate_branch_id(branch)
+        validate_ref(ref)
+        if parent_number is not None and parent_number <= 0:
+            raise errors.bad_request("argument parentNumber: invalid value: validation error")
         with self.write() as tx:
             tx.writable_repository(repo, force)
-            target = tx.resolve_commit(repo, ref)
+            with errors.context(f"get commit from ref {ref}"):
+                target = tx.resolve_commit(repo, ref)
             if parent_number is None and len(target.parents) > 1:
                 raise errors.bad_request("must specify 1-based parent number for cherry-picking merge commit")
             number = 1 if parent_number is None else parent_number
@@ -456,9 +530,10 @@ class HistoryMixin(StoreBase):
                 raise errors.bad_request(f"parent {number}: given commit does not have the given parent number")
             head = tx.commit(repo, tx.require_branch(repo, branch))
             if tx.is_dirty(repo, branch, head.meta_range_id):
-                raise errors.dirty_branch(branch)
+                raise errors.bad_request("uncommitted changes (dirty branch)")
             parent_tree = tx.commit(repo, target.parents[number - 1]).meta_range_id if target.parents else ""
-            tree = tx.merge_trees(head.meta_range_id, target.meta_range_id, parent_tree, "", False)
+            with errors.context("update branch"):
+                tree = tx.merge_trees(head.meta_range_id, target.meta_range_id, parent_tree, "", False)
             new_metadata = dict(metadata if metadata is not None else target.metadata)
             new_metadata["cherry-pick-origin"] = target.id
             new_metadata["cherry-pick-committer"] = target.committer

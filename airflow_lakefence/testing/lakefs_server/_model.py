@@ -16,7 +16,7 @@ from typing import Any
 from airflow_lakefence.testing.lakefs_server import _errors as errors
 
 REPOSITORY_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
-BRANCH_ID_RE = re.compile(r"^\w[-\w]*$")
+BRANCH_ID_RE = re.compile(r"^\w[-\w]*$", re.ASCII)
 REF_RE = re.compile(r"^[^\s]+$")
 HASH_RE = re.compile(r"^[a-fA-F0-9]{1,64}$")
 FULL_HASH_RE = re.compile(r"^[a-fA-F0-9]{64}$")
@@ -181,21 +181,35 @@ def validate_repository_id(repository: str) -> None:
         raise errors.bad_request("repository id: invalid value: validation error")
 
 
-def validate_branch_id(branch: str) -> None:
+def validate_branch_id(branch: str, arg: str = "branch") -> None:
+    """Validate a branch name as lakeFS's ``validator.Validate`` does, naming the argument.
+
+    :param branch: the name.
+    :param arg: the argument name lakeFS puts in the message.
+    """
     if not branch:
-        raise errors.bad_request("required value: validation error")
+        raise errors.bad_request(f"argument {arg}: required value: validation error")
     if not BRANCH_ID_RE.match(branch):
-        raise errors.bad_request("branch id: invalid value: validation error")
+        raise errors.bad_request(f"argument {arg}: branch id: invalid value: validation error")
 
 
-def validate_ref(ref: str) -> None:
+def validate_ref(ref: str, arg: str = "ref") -> None:
+    """Validate a ref expression, naming the argument.
+
+    :param ref: the expression.
+    :param arg: the argument name lakeFS puts in the message.
+    """
     if not ref:
-        raise errors.bad_request("required value: validation error")
+        raise errors.bad_request(f"argument {arg}: required value: validation error")
     if not REF_RE.match(ref):
-        raise errors.bad_request("ref: invalid value: validation error")
+        raise errors.bad_request(f"argument {arg}: ref: invalid value: validation error")
 
 
 def validate_tag_id(tag: str) -> None:
+    """Validate a tag id (git's ref-name rules, as lakeFS's ``ValidateTagID``).
+
+    :param tag: the tag id.
+    """
     invalid = (
         not tag
         or tag == "@"
@@ -207,7 +221,7 @@ def validate_tag_id(tag: str) -> None:
         or any(ord(c) <= 0x20 for c in tag)
     )
     if invalid:
-        raise errors.bad_request("tag id: invalid value: validation error")
+        raise errors.bad_request("argument tagID: tag id: invalid value: validation error")
 
 
 def validate_path(path: str) -> None:

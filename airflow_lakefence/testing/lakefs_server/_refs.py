@@ -9,11 +9,13 @@ from airflow_lakefence.testing.lakefs_server import _errors as errors
 from airflow_lakefence.testing.lakefs_server._model import (
     FIRST_COMMIT_MESSAGE,
     NAMESPACE_RE,
+    REF_RE,
     Repository,
     to_json,
     upper_bound,
     validate_branch_id,
     validate_path,
+    validate_ref,
     validate_repository_id,
     validate_tag_id,
 )
@@ -154,10 +156,27 @@ class RefsMixin(StoreBase):
         :param force: allow on a read-only repository.
         :raises ApiError: 400 invalid name, 404 unknown source, 409 existing branch.
         """
-        validate_branch_id(name)
+        if not name:
+            # lakeFS answers an empty name with a 500 (its validator error is not mapped).
+            raise errors.ApiError(500, "argument branch: required value: validation error")
+        try:
+            validate_branch_id(name)
+        except errors.ApiError as exc:
+            raise errors.bad_request(
+                f"{exc.message}: branch id must consist of letters, digits, underscores and dashes,"
+                " and cannot start with a dash"
+            ) from exc
+        validate_ref(source)
         with self.write() as tx:
+            tx.repository(repo)
+            # lakeFS refuses a branch named like an existing commit id or tag (catalog.CreateBranch).
+            if tx.one("SELECT 1 FROM commits WHERE repo = ? AND id = ?", (repo, name)) is not None:
+                raise errors.conflict(f"commit ID {name}: conflict found")
+            if tx.tag_commit(repo, name) is not None:
+                raise errors.conflict(f"tag ID {name}: conflict found")
             tx.writable_repository(repo, force)
-            resolved = tx.resolve(repo, source)
+            with errors.context(f"source reference '{source}'"):
+                resolved = tx.resolve(repo, source)
             if resolved.staging_only:
                 raise errors.ApiError(500, f"source reference '{source}': can't create a branch without commit")
             if tx.branch_commit(repo, name) is not None:
@@ -238,7 +257,8 @@ class RefsMixin(StoreBase):
             validate_path(path)
         with self.write() as tx:
             tx.writable_repository(repo, force)
-            tx.require_branch(repo, branch)
+            with errors.context("getting branch" if kind == "object" else ""):
+                tx.require_branch(repo, branch)
             if kind == "reset":
                 tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
             elif kind == "object":
@@ -263,10 +283,12 @@ class RefsMixin(StoreBase):
         :raises ApiError: 404 missing branch or ref.
         """
         validate_branch_id(branch)
+        validate_ref(ref)
         with self.write() as tx:
             tx.writable_repository(repo, force)
             tx.require_branch(repo, branch)
-            target = tx.resolve_commit(repo, ref)
+            with errors.context(f"hard-reset {branch} to {ref}"):
+                target = tx.resolve_commit(repo, ref)
             tx.set_branch(repo, branch, target.id)
 
     # --- tags ---------------------------------------------------------------------------
@@ -282,8 +304,20 @@ class RefsMixin(StoreBase):
         """
         validate_tag_id(tag)
         with self.write() as tx:
+            tx.repository(repo)
+            # lakeFS refuses a tag named like an existing branch or commit id (catalog.CreateTag).
+            if tx.branch_commit(repo, tag) is not None:
+                raise errors.conflict(f"branch name {tag}: conflict found")
+            if tx.one("SELECT 1 FROM commits WHERE repo = ? AND id = ?", (repo, tag)) is not None:
+                raise errors.conflict(f"commit ID {tag}: conflict found")
+            if not REF_RE.match(ref):
+                # createTag does not validate the ref: one with spaces is simply not found.
+                raise errors.not_found("not found")
+            resolved = tx.resolve(repo, ref)
+            if resolved.staging_only:
+                raise errors.bad_request("ref: invalid value: validation error: should point to a commit")
+            target = tx.commit(repo, resolved.commit_id)
             tx.writable_repository(repo, force)
-            target = tx.resolve_commit(repo, ref)
             if tx.tag_commit(repo, tag) is not None:
                 raise errors.conflict("tag already exists: not unique")
             tx.conn.execute("INSERT INTO tags VALUES (?, ?, ?)", (repo, tag, target.id))

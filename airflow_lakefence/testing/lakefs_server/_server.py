@@ -11,7 +11,7 @@ from typing import Any, Self, TextIO
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from airflow_lakefence.testing.lakefs_server._app import LakeFSApp
+from airflow_lakefence.testing.lakefs_server._app import RAW_HEADERS_KEY, LakeFSApp
 from airflow_lakefence.testing.lakefs_server._store import Store
 from airflow_lakefence.testing.lakefs_server.controls import Controls
 
@@ -21,7 +21,17 @@ DEFAULT_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """Request handler that does not log every request to stderr."""
+    """Request handler that does not log every request to stderr.
+
+    It also passes on the raw request headers: the WSGI environ leaves out header names with
+    ``_`` (werkzeug drops them), but lakeFS reads ``X-Lakefs-Meta-my_key`` as metadata ``my_key``.
+    """
+
+    def make_environ(self) -> dict[str, Any]:
+        """Add ``lakefence.raw_headers``: the request headers as received."""
+        environ = super().make_environ()
+        environ[RAW_HEADERS_KEY] = list(self.headers.items())
+        return environ
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Skip per-request logging."""

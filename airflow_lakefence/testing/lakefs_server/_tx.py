@@ -206,7 +206,9 @@ class Tx:
             try:
                 modifiers.append((typ, int(arg) if arg else 1))
             except ValueError as exc:
-                raise errors.bad_request(f"could not parse modifier {mod}: ref: invalid value") from exc
+                raise errors.bad_request(
+                    f"could not parse modifier {mod}: ref: invalid value: validation error"
+                ) from exc
         kind, branch, commit_id = self._resolve_base(repo, base)
         if not modifiers:
             return Resolved(commit_id, branch if kind == "branch" else None)
@@ -245,7 +247,7 @@ class Tx:
             found = self.commit_by_prefix(repo, rev)
             if found is not None:
                 return ("commit", None, found)
-        raise errors.not_found(f"{rev}: not found")
+        raise errors.not_found("not found")
 
     def resolve_commit(self, repo: str, ref: str) -> Commit:
         resolved = self.resolve(repo, ref)
@@ -487,7 +489,7 @@ class Tx:
     ) -> str:
         """Three-way merge of trees (``committed.Manager.Merge``)."""
         if source == base and not allow_empty:
-            raise errors.no_changes("merge")
+            raise errors.bad_request("no changes")
         if dest == base:
             return source
         changes: list[tuple[str, Val | None]] = []
@@ -498,7 +500,7 @@ class Tx:
             if same(dest_entry, base_entry) or strategy == "source-wins":
                 changes.append((path, source_entry))
             elif strategy != "dest-wins":
-                raise errors.merge_conflict()
+                raise errors.conflict("conflict found")
         return self.apply_changes(dest, changes)
 
 

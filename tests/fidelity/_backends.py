@@ -1,0 +1,55 @@
+"""The two backends of the differential test, started side by side for one session.
+
+The real lakeFS comes from the project's launcher (:mod:`airflow_lakefence.testing.real_lakefs`,
+the same one the ``--lakefs-backend=real`` fixtures use); the local server runs in-process.
+Both record the committer ``admin``. No proxy sits in front: the test compares the servers'
+own answers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from airflow_lakefence.testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY, LakeFSServer
+from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+
+USER_NAME = "admin"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A lakeFS API: base URL (without ``/api/v1``) and credentials."""
+
+    name: str
+    url: str
+    access_key_id: str = DEFAULT_ACCESS_KEY_ID
+    secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY
+
+
+@contextmanager
+def real_lakefs() -> Iterator[Endpoint]:
+    """Run a real lakeFS (built or cached by the project's launcher) in a temporary directory.
+
+    :raises GoToolchainMissingError: without a cached binary and without ``go``.
+    """
+    root = tempfile.mkdtemp(prefix="lakefence-fidelity-real-")
+    try:
+        with RealLakeFS(ensure_lakefs_binary(), root, log_level="ERROR") as real:
+            yield Endpoint("real", real.url, real.access_key_id, real.secret_access_key)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def local_server() -> Iterator[Endpoint]:
+    """Run the local lakeFS server in a temporary directory until the context ends."""
+    root = tempfile.mkdtemp(prefix="lakefence-fidelity-local-")
+    try:
+        with LakeFSServer(root, committer=USER_NAME) as server:
+            yield Endpoint("local", server.url, server.access_key_id, server.secret_access_key)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
