@@ -26,7 +26,8 @@ from tests.fidelity._harness import Divergence, Server, run_seed
 def _category(divergence: Divergence) -> str:
     real, local = divergence.answers["real"], divergence.answers["local"]
     message = str(real["body"].get("message", "") if isinstance(real["body"], dict) else "")[:60]
-    return f"{divergence.op.split()[0]} real={real['status']} local={local['status']} {re.sub(r'[0-9a-f]{6,}', 'X', message)}"
+    message = re.sub(r"[0-9a-f]{6,}", "X", message)
+    return f"{divergence.op.split()[0]} real={real['status']} local={local['status']} {message}"
 
 
 def main(argv: list[str] | None = None) -> int:
