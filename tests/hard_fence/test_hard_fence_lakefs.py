@@ -24,7 +24,7 @@ from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerIn
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, install_user_hook, protect, stage
 
-pytestmark = [pytest.mark.hard_fence, pytest.mark.real_lakefs]
+pytestmark = pytest.mark.hard_fence
 
 CONCURRENT = 6
 
