@@ -64,6 +64,8 @@ _ROUTES: list[tuple[str, str, str]] = [
     (f"{_R}/metadata", "GET", "getRepositoryMetadata"),
     (f"{_R}/metadata", "POST", "setRepositoryMetadata"),
     (f"{_R}/metadata", "DELETE", "deleteRepositoryMetadata"),
+    (f"{_R}/settings/branch_protection", "GET", "getBranchProtectionRules"),
+    (f"{_R}/settings/branch_protection", "PUT", "setBranchProtectionRules"),
     (f"{_R}/tags", "GET", "listTags"),
     (f"{_R}/tags", "POST", "createTag"),
     (f"{_R}/tags/<tag>", "GET", "getTag"),
@@ -197,6 +199,48 @@ def _validate_query(operation: str, request: Request) -> None:
     if operation == "diffRefs" and diff_type is not None and diff_type not in _DIFF_TYPE_SCHEMA["enum"]:
         allowed = json.dumps(_DIFF_TYPE_SCHEMA["enum"], separators=(",", ":"))
         raise _schema_error("type", f"value is not one of the allowed values {allowed}", _DIFF_TYPE_SCHEMA, diff_type)
+
+
+_PATTERN_SCHEMA = {
+    "description": "fnmatch pattern for the branch name, supporting * and ? wildcards",
+    "example": "stable_*",
+    "minLength": 1,
+    "type": "string",
+}
+_RULE_SCHEMA = {"properties": {"pattern": _PATTERN_SCHEMA}, "required": ["pattern"], "type": "object"}
+
+
+def _body_schema_error(problem: str, schema: dict[str, Any], value: Any) -> errors.ApiError:
+    def indent(text: str) -> str:
+        return "\n".join("  " + line for line in text.splitlines())
+
+    return errors.bad_request(
+        f"request body has an error: doesn't match schema: {problem}\nSchema:\n"
+        f"{indent(json.dumps(schema, indent=2, sort_keys=True))}\n\nValue:\n"
+        f"{indent(json.dumps(value, indent=2, sort_keys=True))}\n"
+    )
+
+
+def _protection_patterns(rules: Any) -> list[str]:
+    """Validate a ``BranchProtectionRule`` array as lakeFS's OpenAPI middleware does."""
+    if not isinstance(rules, list):
+        schema = {"items": {"$ref": "#/components/schemas/BranchProtectionRule"}, "type": "array"}
+        raise _body_schema_error("value must be an array", schema, rules)
+    patterns = []
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            raise _body_schema_error(f'Error at "/{i}": value must be an object', _RULE_SCHEMA, rule)
+        if "pattern" not in rule:
+            raise _body_schema_error(f'Error at "/{i}/pattern": property "pattern" is missing', _RULE_SCHEMA, rule)
+        pattern = rule["pattern"]
+        if not isinstance(pattern, str):
+            raise _body_schema_error(f'Error at "/{i}/pattern": value must be a string', _PATTERN_SCHEMA, pattern)
+        if not pattern:
+            raise _body_schema_error(
+                f'Error at "/{i}/pattern": minimum string length is 1', _PATTERN_SCHEMA, pattern
+            )
+        patterns.append(pattern)
+    return patterns
 
 
 def _body(request: Request) -> dict[str, Any]:
@@ -494,6 +538,27 @@ class LakeFSApp:
         self.store.update_repository_metadata(repository, {}, keys)
         return json_response(204, None)
 
+    # --- branch protection --------------------------------------------------------------
+
+    def op_getBranchProtectionRules(self, request: Request, repository: str) -> Response:
+        patterns, etag = self.store.get_branch_protection(repository)
+        response = json_response(200, [{"pattern": p} for p in patterns])
+        response.headers["ETag"] = etag
+        return response
+
+    def op_setBranchProtectionRules(self, request: Request, repository: str) -> Response:
+        if_match = request.headers.get("If-Match")
+        if if_match == "":
+            # lakeFS's generated router refuses an empty If-Match before its handler (plain text).
+            return Response(
+                "Invalid format for parameter If-Match: parameter 'If-Match' is empty, can't bind its value\n",
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
+        rules = request.get_json(force=True, silent=True)
+        self.store.set_branch_protection(repository, _protection_patterns(rules), if_match)
+        return json_response(204, None)
+
     # --- tags and branches --------------------------------------------------------------
 
     def _ref_list(self, request: Request, repository: str, table: str, show_hidden: bool) -> Response:
@@ -743,9 +808,14 @@ class LakeFSApp:
             raise errors.bad_request(f"request size exceeded, max paths is set to {DELETE_OBJECTS_MAX}")
         # lakeFS skips empty paths (Spark deletes "branch/") and treats "not found" (of a path,
         # or of the branch itself) as deleted: no per-path errors.
+        wanted = [p for p in paths if p]
         try:
-            self.store.delete_objects(repository, branch, [p for p in paths if p], _bool(request, "force"))
+            self.store.delete_objects(repository, branch, wanted, _bool(request, "force"))
         except errors.ApiError as exc:
+            if exc.status == 403 and exc.message == "cannot write to protected branch":
+                # lakeFS reports a protected branch per path, in a 200.
+                failed = [{"message": exc.message, "path": p, "status_code": 403} for p in wanted]
+                return json_response(200, {"errors": failed})
             if exc.status != 404:
                 raise
             self.store.get_repository(repository)

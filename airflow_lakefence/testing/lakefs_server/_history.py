@@ -62,6 +62,8 @@ class HistoryMixin(StoreBase):
         """
         validate_branch_id(branch)
         with self.write() as tx:
+            tx.repository(repo)
+            tx.check_not_protected(repo, branch, "cannot commit to protected branch")
             tx.writable_repository(repo, force)
             if tx.branch_commit(repo, branch) is None and not self._resolves(tx, repo, branch):
                 # lakeFS runs the prepare-commit hooks first, listing the actions of the ref

@@ -38,6 +38,7 @@ class ObjectsMixin(StoreBase):
             repository = tx.repository(repo)
             if tx.branch_commit(repo, branch) is None:
                 raise errors.not_found(f"branch '{branch}' not found")
+            tx.check_not_protected(repo, branch)
             if if_none_match and tx.view_get(repo, tx.resolve(repo, branch), path) is not None:
                 raise errors.ApiError(412, "path already exists")
         return repository
@@ -71,6 +72,7 @@ class ObjectsMixin(StoreBase):
             repository = tx.writable_repository(repo, force)
             if tx.branch_commit(repo, branch) is None:
                 raise errors.not_found(f"branch '{branch}' not found")
+            tx.check_not_protected(repo, branch)
             if if_none_match and tx.view_get(repo, tx.resolve(repo, branch), path) is not None:
                 raise errors.ApiError(412, "path already exists")
             entry = tx.add_entry(
@@ -140,6 +142,8 @@ class ObjectsMixin(StoreBase):
         for path in paths:
             validate_path(path)
         with self.write() as tx:
+            tx.repository(repo)
+            tx.check_not_protected(repo, branch)
             tx.writable_repository(repo, force)
             head = tx.commit(repo, tx.require_branch(repo, branch))
             for path in paths:
@@ -169,6 +173,7 @@ class ObjectsMixin(StoreBase):
             repository = tx.writable_repository(repo, force)
             if tx.branch_commit(repo, branch) is None:
                 raise errors.not_found(f"branch '{branch}' not found")
+            tx.check_not_protected(repo, branch)
             found = tx.view_get(repo, tx.resolve(repo, src_ref or branch), src_path)
             if found is None:
                 raise errors.not_found("not found")
@@ -198,6 +203,7 @@ class ObjectsMixin(StoreBase):
         with self.write() as tx:
             tx.writable_repository(repo)
             tx.require_branch(repo, branch)
+            tx.check_not_protected(repo, branch)
             found = tx.view_get(repo, tx.resolve(repo, branch), path)
             if found is None:
                 raise errors.not_found("not found")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Mapping
 
@@ -19,7 +20,14 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_repository_id,
     validate_tag_id,
 )
-from airflow_lakefence.testing.lakefs_server._tx import StoreBase
+from airflow_lakefence.testing.lakefs_server._tx import PROTECTION_KEY, StoreBase
+
+
+def _protection_etag(patterns: list[str] | None) -> str:
+    # lakeFS's ETag is a sha256 of the stored rules, "" for none (an empty rule set included).
+    if not patterns:
+        return ""
+    return hashlib.sha256(to_json(sorted(set(patterns))).encode("utf-8")).hexdigest()
 
 
 class RefsMixin(StoreBase):
@@ -113,7 +121,7 @@ class RefsMixin(StoreBase):
         """
         with self.write() as tx:
             tx.repository(name)
-            for table in ("branches", "tags", "commits", "staging"):
+            for table in ("branches", "tags", "commits", "staging", "settings"):
                 tx.conn.execute(f"DELETE FROM {table} WHERE repo = ?", (name,))
             tx.conn.execute("DELETE FROM repositories WHERE id = ?", (name,))
 
@@ -257,6 +265,7 @@ class RefsMixin(StoreBase):
             validate_path(path)
         with self.write() as tx:
             tx.writable_repository(repo, force)
+            tx.check_not_protected(repo, branch)
             with errors.context("getting branch" if kind == "object" else ""):
                 tx.require_branch(repo, branch)
             if kind == "reset":
@@ -285,11 +294,45 @@ class RefsMixin(StoreBase):
         validate_branch_id(branch)
         validate_ref(ref)
         with self.write() as tx:
+            tx.repository(repo)
+            tx.check_not_protected(repo, branch, "protected branch")
             tx.writable_repository(repo, force)
             tx.require_branch(repo, branch)
             with errors.context(f"hard-reset {branch} to {ref}"):
                 target = tx.resolve_commit(repo, ref)
             tx.set_branch(repo, branch, target.id)
+
+    # --- branch protection --------------------------------------------------------------
+
+    def get_branch_protection(self, repo: str) -> tuple[list[str], str]:
+        """Return the protection patterns (sorted) and their ETag ("" when none were ever set).
+
+        :param repo: repository id.
+        :raises ApiError: 404 if the repository does not exist.
+        """
+        with self.read() as tx:
+            tx.repository(repo)
+            patterns = tx.protection_patterns(repo)
+        return sorted(patterns or []), _protection_etag(patterns)
+
+    def set_branch_protection(self, repo: str, patterns: list[str], if_match: str | None) -> None:
+        """Replace the protection patterns, optionally only if they still have ETag ``if_match``.
+
+        :param repo: repository id.
+        :param patterns: glob patterns of protected branch names.
+        :param if_match: the ETag the caller last read; None sets unconditionally.
+        :raises ApiError: 404 missing repository, 412 if ``if_match`` is stale.
+        """
+        with self.write() as tx:
+            tx.repository(repo)
+            current = tx.protection_patterns(repo)
+            # As lakeFS's settings manager: a conditional update of never-set rules fails.
+            if if_match is not None and (current is None or _protection_etag(current) != if_match):
+                raise errors.ApiError(412, "Precondition failed")
+            tx.conn.execute(
+                "INSERT OR REPLACE INTO settings VALUES (?, ?, ?)",
+                (repo, PROTECTION_KEY, to_json(sorted(set(patterns)))),
+            )
 
     # --- tags ---------------------------------------------------------------------------
 

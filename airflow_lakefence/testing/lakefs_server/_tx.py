@@ -13,6 +13,7 @@ merge base, never on how long the history is.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import heapq
 import json
@@ -116,7 +117,15 @@ CREATE TABLE IF NOT EXISTS staging (
     entry_id TEXT,
     PRIMARY KEY (repo, branch, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS settings (
+    repo TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (repo, key)
+) WITHOUT ROWID;
 """
+# Settings key of the branch protection rules (lakeFS's ProtectionSettingKey).
+PROTECTION_KEY = "protected_branches"
 
 class Tx:
     """Queries inside one SQLite transaction."""
@@ -149,6 +158,23 @@ class Tx:
         if repo.read_only and not force:
             raise errors.forbidden("read-only repository")
         return repo
+
+    # --- branch protection --------------------------------------------------------------
+
+    def protection_patterns(self, repo: str) -> list[str] | None:
+        """Return the repository's protection patterns, or None if never set."""
+        row = self.one("SELECT value FROM settings WHERE repo = ? AND key = ?", (repo, PROTECTION_KEY))
+        return None if row is None else list(json.loads(row[0]))
+
+    def check_not_protected(self, repo: str, branch: str, message: str = "cannot write to protected branch") -> None:
+        """Refuse (403) a change to a branch matching a protection pattern.
+
+        lakeFS blocks staging writes and commits (and hard resets) on a protected branch; it
+        matches names with glob patterns (``*``, ``?``, ``[...]``).
+        """
+        for pattern in self.protection_patterns(repo) or ():
+            if fnmatch.fnmatchcase(branch, pattern):
+                raise errors.forbidden(message)
 
     # --- refs ---------------------------------------------------------------------------
 
