@@ -73,6 +73,9 @@ def test_cluster_publishes_despite_spark_retries_and_never_shows_the_secret(
     _assert_published(lakefs_repo, head.id, 3)
     assert staging_branches(lakefs_repo) == []
     assert "probe: first write failed as planned" in output
+    # The failed job's task files and _temporary tree are gone (S3A keeps only an empty directory
+    # marker, which the overwrite of the second write removes).
+    assert "probe: files left by the failed write: []" in output
     assert f"probe wrote {ROWS} rows in 3 files" in output
 
     # The task log (spark-submit's logged command and all job output).

