@@ -1,0 +1,649 @@
+"""Issue 13: exactly the job's output, once.
+
+Re-runs replace the declared output prefixes; the input is pinned once per run; lost answers lose
+nothing and write nothing twice; evidence is kept on every fail-closed path; a deliberate clear of a
+successful try supersedes (not abandons) its publication; fail-closed messages say what to do;
+mapped instances into one target fail before their job.
+
+Real Airflow DB and ``dag.test()``, real HTTP to lakeFS through the SDK; the Spark engine is the
+fake spark-submit (JVM skipped). Faults use the ``lakefs_controls`` fixture API (local server,
+and the proxy on real lakeFS once it exists).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import exceptions, failpoints
+from airflow_lakefence.core.abandoned import DETECT, Verdict, condition_met
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.triggers.probes import probe_abandoned
+from tests.conftest import load_dag_module
+from tests.integration.helpers import commit_files, read_text, run_dag, staging_branches, ti_state, xcoms
+
+pytestmark = [pytest.mark.issue13, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
+
+PREFIX = "tables/daily/"
+
+
+def issue13(reason: str) -> pytest.MarkDecorator:
+    """Expected to fail until the named part of issue 13 is fixed."""
+    return pytest.mark.xfail(strict=True, reason=f"issue 13: {reason}")
+
+
+@pytest.fixture
+def dags() -> Any:
+    module = load_dag_module("testdags/output_correctness_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
+
+
+def objects(repo: lakefs.Repository, ref: str, prefix: str) -> list[str]:
+    return sorted(o.path for o in repo.ref(ref).objects(prefix=prefix))
+
+
+def failure(dags: Any, dag: Any, try_number: int = 1, map_index: int = -1) -> BaseException:
+    return dags.FAILURES[(dag.dag_id, map_index, try_number)]
+
+
+def task_state(dag_run: Any, task_id: str = "publish") -> dict[str, Any]:
+    """The task_state_store of a task instance, {key: value} (straight from the metadata DB)."""
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskStateStoreModel).filter_by(
+            dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id
+        )
+        return {row.key: json.loads(row.value) for row in rows}
+
+
+def running_key(dag_id: str) -> PublicationKey:
+    """The publication key of the running task instance of ``dag_id``."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, state="running").one()
+        return PublicationKey(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+
+
+def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish") -> Any:
+    """Clear a finished task instance (a new try, as the UI's "Clear" does) and run it under the
+    same dag.test() loop; return the refreshed DagRun."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
+        clear_task_instances([ti], session)
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
+        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        dr.state = DagRunState.RUNNING
+        session.commit()
+        while dr.state == DagRunState.RUNNING:
+            session.expire_all()
+            schedulable, _ = dr.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
+                try:
+                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+                except Exception:  # the failure is recorded by the DAG's callback, as under dag.test()
+                    pass
+            session.expire_all()
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
+        session.expunge(dr)
+        return dr
+
+
+class DbView:
+    """The sensors' AirflowView answered from the metadata DB (the test process is no task)."""
+
+    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            query = session.query(TaskInstance).filter(
+                TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids)
+            )
+            if run_ids:
+                query = query.filter(TaskInstance.run_id.in_(run_ids))
+            answer: dict[str, dict[str, Any]] = {}
+            for ti in query:
+                name = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+                answer.setdefault(ti.run_id, {})[name] = ti.state
+            return answer
+
+    def output_ref(self, key: PublicationKey) -> Any:
+        return self.xcom(key, "output_ref")
+
+    def xcom(self, key: PublicationKey, name: str) -> Any:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = (
+                session.query(XComModel)
+                .filter_by(dag_id=key.dag_id, run_id=key.run_id, task_id=key.task_id, map_index=key.map_index, key=name)
+                .one_or_none()
+            )
+            return None if row is None else XComModel.deserialize_value(row)
+
+
+def judge_head(repo: lakefs.Repository) -> Any:
+    return probe_abandoned(
+        LakeFSHook().client, DbView(), repository=repo.id, branch="main", scope=None, staging_prefix="lakefence"
+    )
+
+
+# -- 1. declared output prefixes are replaced, not appended ----------------------------------------
+
+
+@issue13("workspace mode appends to the declared prefix instead of replacing it")
+def test_three_reruns_leave_exactly_one_runs_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    commit_files(repo, "main", {f"{PREFIX}old-part.txt": "from before"}, "an older publication")
+    for n in range(3):
+        job = {"files": {f"{PREFIX}part-{n}.txt": str(n), f"{PREFIX}sub/part-{n}.txt": str(n)}}
+        dr = run_dag(dags.workspace_dag, conf(repo, "main", job, output_prefixes=[PREFIX]))
+        assert dr.state == "success"
+    assert objects(repo, "main", PREFIX) == [f"{PREFIX}part-2.txt", f"{PREFIX}sub/part-2.txt"]
+    assert read_text(repo, "main", "in/data.txt") == "input"  # outside the prefixes: untouched
+
+
+@issue13("no explicit option keeps the upsert behaviour")
+def test_upsert_option_keeps_earlier_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    assert dags.upsert_dag is not None, "FencedSparkPublishOperator has no output_mode='upsert'"
+    for n in range(2):
+        dr = run_dag(
+            dags.upsert_dag, conf(repo, "main", {"files": {f"{PREFIX}part-{n}.txt": str(n)}}, output_prefixes=[PREFIX])
+        )
+        assert dr.state == "success"
+    assert objects(repo, "main", PREFIX) == [f"{PREFIX}part-0.txt", f"{PREFIX}part-1.txt"]
+
+
+@issue13("direct mode keeps input objects under the declared prefix that the job did not write")
+def test_direct_mode_replaces_declared_prefix(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    commit_files(repo, "main", {f"{PREFIX}old-part.txt": "old", "other/keep.txt": "k"}, "older")
+    dr = run_dag(
+        dags.direct_dag, conf(repo, "main", {"files": {f"{PREFIX}new-part.txt": "new"}}, output_prefixes=[PREFIX])
+    )
+    assert dr.state == "success"
+    assert objects(repo, "main", PREFIX) == [f"{PREFIX}new-part.txt"]
+    assert read_text(repo, "main", "other/keep.txt") == "k"
+
+
+# -- 2. the input is pinned once per run ------------------------------------------------------------
+
+
+def _die_once_after_publishing(seen: list[str], repo: lakefs.Repository, also: Any = None) -> None:
+    def die() -> None:
+        if not seen:
+            seen.append(repo.branch("main").get_commit().id)
+            if also is not None:
+                also()
+            raise RuntimeError("worker died after publishing")
+
+    failpoints.arm("after_verify", die)
+
+
+@issue13("a branch input is re-resolved by every try: the retry stacks on the dead try's publication")
+def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    seen: list[str] = []
+    _die_once_after_publishing(seen, repo)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert values["input_ref"] == input_commit
+    assert values["decision"] == "replace"
+    assert head.id == values["output_ref"] and head.parents == [input_commit]
+    assert "-t2-" in read_text(repo, "main", "out/stamp.txt")
+    pins = [v for k, v in task_state(dr).items() if "pin" in k]
+    assert pins and pins[0]["commit"] == input_commit and pins[0]["ref"] == "main"
+
+
+@issue13("a tag input is re-resolved by every try")
+def test_tag_input_pinned_even_when_the_tag_moves(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    repo.tag("daily").create(input_commit)
+    seen: list[str] = []
+
+    def move_tag() -> None:
+        repo.tag("daily").delete()
+        repo.tag("daily").create(repo.branch("main").get_commit().id)
+
+    _die_once_after_publishing(seen, repo, move_tag)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, "daily", {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    assert values["input_ref"] == input_commit and values["decision"] == "replace"
+    assert repo.branch("main").get_commit().parents == [input_commit]
+
+
+# -- 3. lost answers lose nothing and write nothing twice -------------------------------------------
+
+
+def test_lost_staging_commit_answer_still_publishes(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.add_fault("commit", drop=True, when="after")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    values = xcoms(dr, "publish")
+    assert dr.state == "success", failure(dags, dags.workspace_dag)
+    assert values["decision"] == "merge"
+    assert read_text(repo, "main", "out/a.txt") == "A"
+    assert values["staged_commit"] != input_commit
+
+
+@issue13("a direct-mode job that commits its own output is published as 'noop': the output is dropped")
+def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run_dag(dags.direct_commit_dag, conf(repo, input_commit, {"files": {"out/committed.txt": "C"}}))
+    assert dr.state == "success", failure(dags, dags.direct_commit_dag)
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "merge"
+    assert read_text(repo, "main", "out/committed.txt") == "C"
+    head = repo.branch("main").get_commit()
+    assert head.parents[0] == input_commit
+    staged = repo.commit(values["staged_commit"]).get_commit()
+    assert decode_metadata(staged.metadata) is not None  # the attempt's record stays on the staged commit
+
+
+@issue13("a merge that lands late is answered 'no changes' and fails the attempt")
+def test_merge_landing_late_is_idempotent(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.add_fault("mergeIntoBranch", status=503)  # round 1: refused, answer unknown
+    rounds: list[int] = []
+
+    def first_request_lands_now() -> None:
+        rounds.append(1)
+        if len(rounds) != 2:
+            return
+        # Round 2 read HEAD == input; the first request now lands after all (late).
+        staging = next(b for b in staging_branches(repo))
+        stage = decode_metadata(repo.branch(staging).get_commit().metadata)
+        assert stage is not None
+        staged = repo.branch(staging).get_commit().id
+        meta = encode_metadata(LakefenceRecord(stage.attempt, ROLE_PUBLISH, input_commit, staged))
+        repo.ref(staged).merge_into(repo.branch("main"), message="late", metadata=meta)
+
+    failpoints.arm("after_publish_read", first_request_lands_now)
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success", failure(dags, dags.workspace_dag)
+    head = repo.branch("main").get_commit()
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "idempotent" and values["output_ref"] == head.id
+    assert head.parents[0] == input_commit
+    assert staging_branches(repo) == []
+
+
+@issue13("the attempt fence is not re-checked before the second publish round")
+def test_fence_rechecked_before_each_publish_round(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.add_fault("mergeIntoBranch", status=503)
+    rounds: list[int] = []
+
+    def cleared_between_rounds() -> None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            from tests.integration.helpers import update_ti
+
+            update_ti("lf13_workspace", "publish", clear=True)
+
+    # The clear lands after round 1's read (its merge is refused), before round 2 writes.
+    failpoints.arm("after_publish_read", cleared_between_rounds)
+    run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert isinstance(failure(dags, dags.workspace_dag), StaleAttemptError)
+    assert lakefs_controls.counts()["mergeIntoBranch"] == 1
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+# -- 4. evidence on every fail-closed path ----------------------------------------------------------
+
+
+def _assert_kept_as_evidence(repo: lakefs.Repository, branch: str, error: str) -> None:
+    assert branch in staging_branches(repo)
+    assert repo.branch(branch).get_commit().metadata.get("lakefence.evidence") == error
+
+
+@issue13("failing closed before the job deletes the staging branch that XCom and the link still name")
+def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    commit_files(repo, "main", {"other.txt": "x"}, "someone else")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    assert isinstance(error, PublishFenceError)
+    named = xcoms(dr, "publish").get("staging_branch")
+    kept = staging_branches(repo)
+    if named is None:
+        assert kept == [] and error.staging_branch is None
+    else:
+        assert kept == [named] == [error.staging_branch]
+        _assert_kept_as_evidence(repo, named, type(error).__name__)
+
+
+@issue13("OutputPrefixError in workspace mode keeps nothing")
+def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    job = {"files": {f"{PREFIX}ok.txt": "1", "elsewhere/bad.txt": "2"}}
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, job, output_prefixes=[PREFIX]))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    assert isinstance(error, exceptions.OutputPrefixError) and error.staging_branch
+    _assert_kept_as_evidence(repo, error.staging_branch, "OutputPrefixError")
+    assert read_text(repo, error.staging_branch, "elsewhere/bad.txt") == "2"
+    assert xcoms(dr, "publish")["staging_branch"] == error.staging_branch
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+@issue13("a 412 (pre-merge hook rejected the merge) deletes the branch and has no error class")
+def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.add_fault("mergeIntoBranch", status=412)
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    assert type(error).__name__ == "PreMergeHookError", repr(error)
+    assert isinstance(error, PublishFenceError) and error.staging_branch
+    assert "hook" in str(error) and "What to do:" in str(error)
+    _assert_kept_as_evidence(repo, error.staging_branch, "PreMergeHookError")
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+REJECT_ACTION = """\
+name: lakefence test rejects every merge
+on:
+  pre-merge:
+    branches: [main]
+hooks:
+  - id: reject_all
+    type: lua
+    properties:
+      script: |
+        error("rejected by the issue-13 test hook")
+"""
+
+
+@pytest.mark.real_lakefs
+@issue13("a 412 from a real Lua pre-merge hook is not an error class naming the hook run")
+def test_real_pre_merge_hook_rejection_names_the_hook_run(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    input_commit = commit_files(repo, "main", {"_lakefs_actions/reject.yaml": REJECT_ACTION}, "install the hook")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    assert type(error).__name__ == "PreMergeHookError", repr(error)
+    run_id = getattr(error, "run_id", None)
+    assert run_id and run_id in str(error)
+    assert "rejected by the issue-13 test hook" in str(error)
+    _assert_kept_as_evidence(repo, error.staging_branch, "PreMergeHookError")  # type: ignore[attr-defined]
+
+
+@issue13("a merge answered 400 (other than a dirty target) deletes the branch")
+def test_merge_400_other_than_dirty_keeps_evidence(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.add_fault("mergeIntoBranch", status=400)
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    branch = getattr(error, "staging_branch", None)
+    assert branch, repr(error)
+    _assert_kept_as_evidence(repo, branch, type(error).__name__)
+    assert "What to do:" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+@issue13("the evidence marker commit is tried once and only logged when it fails")
+def test_evidence_marker_commit_is_retried(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+    # The racer's commit is commit call 1, the stage commit 2, the first marker attempt 3.
+    lakefs_controls.add_fault("commit", nth=3, status=503)
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failure(dags, dags.workspace_dag)
+    assert isinstance(error, PublishFenceError) and error.staging_branch
+    _assert_kept_as_evidence(repo, error.staging_branch, "PublishFenceError")
+
+
+@issue13("an evidence branch whose marker failed is deleted by the next try")
+def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    raced: list[str] = []
+
+    def racer_once() -> None:
+        if not raced:
+            raced.append(commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+            for nth in range(2, 8):  # after the stage commit: every marker attempt of try 1 fails
+                lakefs_controls.add_fault("commit", nth=nth, status=503)
+
+    failpoints.arm("after_job", racer_once)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    first = failure(dags, dags.workspace_retry_dag, 1)
+    assert isinstance(first, PublishFenceError) and first.staging_branch
+    lakefs_controls.clear_faults()
+    assert dr.state == "failed"  # try 2 fails closed too (the racer's commit is still there)
+    assert first.staging_branch in staging_branches(repo)
+    run_dag(dags.clean_dag, {"repository": repo.id})
+    assert first.staging_branch in staging_branches(repo)
+
+
+# -- 5. superseded is not abandoned -----------------------------------------------------------------
+
+
+@issue13("clearing a successful try makes its publication 'abandoned' and the new try does not say superseded")
+def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = asset_repo13
+    dr = run_dag(dags.assets_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    first = repo.branch("main").get_commit().id
+    during: list[Any] = []
+    failpoints.arm("after_stage", lambda: during.append(judge_head(repo)))
+    dr = clear_and_rerun(dags.assets_dag, dr)
+    assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert head.parents == [input_commit]  # pinned input: replaced, not stacked
+    assert values["input_ref"] == input_commit
+    assert values["supersedes"] == {"output_ref": first, "try_number": 1}
+    assert "supersede" in values["reason"]
+    # While try 2 ran, the monitoring judgement called HEAD superseded, and raised no alert.
+    assert during and during[0].verdict == Verdict("superseded")
+    assert not condition_met(DETECT, during[0])
+    events = asset_events13()
+    assert events[-1]["supersedes"] == first and events[-1]["output_ref"] == head.id
+
+
+def test_really_abandoned_publication_still_alerts(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    seen: list[str] = []
+    during: list[Any] = []
+    _die_once_after_publishing(seen, repo)
+    failpoints.arm("after_stage", lambda: during.append(judge_head(repo)) if seen else None)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    assert during and during[0].verdict is Verdict.ABANDONED and during[0].replacement_running
+    assert condition_met(DETECT, during[0])
+    assert "supersedes" not in xcoms(dr, "publish")
+
+
+@pytest.fixture
+def asset_repo13(lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Any) -> Any:
+    repo = lakefs.Repository("lakefence-i13-assets", client=lakefs_client)
+    repo.create(storage_namespace=f"{lakefs_server.storage_namespace}/i13-{tmp_path.name}", default_branch="main")
+    try:
+        yield repo, commit_files(repo, "main", {"in/data.txt": "input"}, "seed input")
+    finally:
+        repo.delete()
+
+
+def asset_events13() -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == "lakefs://lakefence-i13-assets/main/out")
+        )
+        return [dict(row.extra) for row in rows.order_by(AssetEvent.id)]
+
+
+# -- 6. messages that tell the user what to do ------------------------------------------------------
+
+
+@issue13("fail-closed messages state the fence's view but not what to do")
+def test_message_later_run_published_on_top(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    day1 = run_dag(dags.workspace_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    day2 = run_dag(dags.workspace_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    assert day1.state == day2.state == "success"
+    top = repo.branch("main").get_commit().id
+    dr = clear_and_rerun(dags.workspace_dag, day1)
+    assert dr.state == "failed"
+    message = str(failure(dags, dags.workspace_dag, 2))
+    assert day2.run_id in message and "later run" in message and "What to do:" in message
+    assert repo.branch("main").get_commit().id == top
+
+
+@issue13("fail-closed messages state the fence's view but not what to do")
+def test_message_another_tasks_publication(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    other = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"x/a.txt": "A"}}))
+    assert other.state == "success"
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    message = str(failure(dags, dags.workspace_dag))
+    assert "lf13_direct" in message and "pool" in message and "What to do:" in message
+
+
+@issue13("fail-closed messages state the fence's view but not what to do")
+def test_message_foreign_commit(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    message = str(failure(dags, dags.workspace_dag))
+    assert foreign in message and "without a lakefence record" in message and "What to do:" in message
+
+
+@issue13("fail-closed messages state the fence's view but not what to do")
+def test_message_target_moved_since_the_input_was_pinned(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    commit_files(repo, "main", {"x1.txt": "1"}, "one")
+    commit_files(repo, "main", {"x2.txt": "2"}, "two")
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    message = str(failure(dags, dags.workspace_dag))
+    assert "moved since the input" in message and input_commit in message and "What to do:" in message
+
+
+# -- 7. mapped tasks --------------------------------------------------------------------------------
+
+
+@issue13("the second mapped instance fails with a message about 'another key'")
+def test_second_mapped_instance_fails_before_its_job(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_server: Any
+) -> None:
+    repo, input_commit = seeded
+    if lakefs_server.controls is not None:
+        lakefs_server.controls.reset_counts()
+    jobs = [{"files": {"out/m0.txt": "0"}}, {"files": {"out/m1.txt": "1"}}]
+    dr = run_dag(dags.mapped_dag, {"repository": repo.id, "target": "main", "input_ref": input_commit, "jobs": jobs})
+    assert dr.state == "failed"
+    failed = [(k, e) for k, e in dags.FAILURES.items() if k[0] == "lf13_mapped"]
+    assert len(failed) == 1
+    (_, map_index, _), error = failed[0]
+    message = str(error)
+    assert "mapped" in message and "What to do:" in message and "pool" in message
+    assert not isinstance(error, exceptions.SparkJobError)
+    published = objects(repo, "main", "out/")
+    assert len(published) == 1 and published != [f"out/m{map_index}.txt"]
+    if lakefs_server.controls is not None:  # the failing instance's job never ran: one upload in all
+        assert lakefs_server.controls.counts().get("uploadObject") == 1
+
+
+# -- 8. the cleaning of earlier tries ---------------------------------------------------------------
+
+
+@issue13("a retry deletes every other try's staging branch of its key, even a newer try's")
+def test_retry_never_deletes_a_newer_tries_branch(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    newer: list[str] = []
+
+    def newer_try_appears_then_die() -> None:
+        if not newer:
+            key = running_key("lf13_workspace_retry")
+            newer.append(staging_branch_name(AttemptId(key, 3, "a-newer-try")))
+            repo.branch(newer[0]).create(input_commit, hidden=True)
+            raise RuntimeError("try 1 dies")
+
+    failpoints.arm("after_job", newer_try_appears_then_die)
+    run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert newer[0] in staging_branches(repo)
+
+
+@issue13("a failed delete of an earlier try's staging branch fails the attempt")
+def test_failed_cleanup_delete_never_fails_the_attempt(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    died: list[int] = []
+
+    def die_once() -> None:
+        if not died:
+            died.append(1)
+            lakefs_controls.add_fault("deleteBranch", nth=1, status=500)  # try 1's own delete
+            lakefs_controls.add_fault("deleteBranch", nth=2, status=500)  # try 2's clean-up of it
+            raise RuntimeError("try 1 dies")
+
+    failpoints.arm("after_job", die_once)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
+    assert ti_state(dr, "publish") == ("success", 2)
+    assert read_text(repo, "main", "out/a.txt") == "A"
