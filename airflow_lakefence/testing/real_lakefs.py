@@ -38,6 +38,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -186,6 +187,17 @@ def ensure_lakefs_binary(
     return binary
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies (Linux), so no lakeFS outlives it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Return a port that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -261,6 +273,11 @@ class RealLakeFS:
             "  local:\n"
             f"    path: {self.data_dir / 'kv'}\n"
             "    sync_writes: true\n"
+            # lakeFS's default metarange cache is ~/lakefs/data/cache: shared by every lakeFS of the
+            # user, whose workspace clean-ups then break each other's commits. One per instance.
+            "committed:\n"
+            "  local_cache:\n"
+            f"    dir: {self.data_dir / 'cache'}\n"
             "blockstore:\n"
             "  type: local\n"
             "  local:\n"
@@ -304,6 +321,8 @@ class RealLakeFS:
                 env=env,
                 cwd=self.data_dir,
                 start_new_session=True,
+                # PR_SET_PDEATHSIG follows the forking *thread*: only the main thread lives as long as the tests.
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         try:
             self._wait_healthy()

@@ -1,0 +1,132 @@
+"""Real lakeFS itself fails: kill -9 in the middle of a publish, restart, the retry ends well.
+
+The proxy's hook kills the launched lakeFS (SIGKILL: no graceful shutdown, only what its KV store
+synced survives) at a chosen request: after it processed the staging commit, or after it processed
+the merge and before its answer reached the operator. lakeFS is restarted on the same port and data
+either at once (the try goes on against the new process) or only when the try has failed and
+Airflow retries it (``on_retry_callback``). In every case the run ends in an allowed state: the
+publication lands exactly once on the target, on top of the input commit, with the job's data, and
+no staging branch is left behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence.testing.lakefs_server.controls import Call
+from tests.conftest import load_dag_module
+from tests.integration.helpers import read_text, run_dag, staging_branches, ti_state, xcoms
+
+pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
+
+
+@pytest.fixture
+def crash_dags() -> Any:
+    module = load_dag_module("testdags/real_lakefs_dags.py")
+    module.FAILURES.clear()
+    module.ON_RETRY.clear()
+    yield module
+    module.ON_RETRY.clear()
+
+
+@pytest.fixture
+def real(lakefs_server: Any) -> Any:
+    """The launched real lakeFS (it can be killed and restarted)."""
+    if lakefs_server.server is None or not hasattr(lakefs_server.server, "restart"):
+        pytest.skip("needs the real lakeFS this session launched (not an external one): it is killed")
+    return lakefs_server.server
+
+
+def _publications(repo: lakefs.Repository, input_commit: str) -> list[str]:
+    """Commit ids on main's first-parent line above ``input_commit``."""
+    above = []
+    for commit in repo.branch("main").log(first_parent=True):
+        if commit.id == input_commit:
+            return above
+        above.append(commit.id)
+    raise AssertionError("input commit is no longer on main's history")
+
+
+def _assert_published_once(repo: lakefs.Repository, input_commit: str, dag_run: Any) -> dict[str, Any]:
+    assert dag_run.state == "success"
+    head = repo.branch("main").get_commit()
+    values = xcoms(dag_run, "publish")
+    assert values["output_ref"] == head.id
+    assert _publications(repo, input_commit) == [head.id]  # exactly one publication, nothing stacked
+    assert head.parents[0] == input_commit
+    assert read_text(repo, "main", "out/a.txt") == "A"
+    assert read_text(repo, "main", "in/data.txt") == "input"  # the input survived the crash too
+    assert staging_branches(repo) == []
+    return values
+
+
+def _conf(repo: lakefs.Repository, input_commit: str) -> dict[str, Any]:
+    return {"repository": repo.id, "target": "main", "input_ref": input_commit, "job": {"files": {"out/a.txt": "A"}}}
+
+
+@pytest.mark.parametrize(
+    ("operation", "restart"),
+    [
+        ("commit", "at_once"),  # after the staging commit, before its answer
+        ("mergeIntoBranch", "at_once"),  # after the merge, before its answer
+        ("commit", "on_retry"),  # lakeFS stays down for the rest of try 1
+        ("mergeIntoBranch", "on_retry"),
+    ],
+)
+def test_kill_9_mid_publish(
+    crash_dags: Any,
+    seeded: tuple[lakefs.Repository, str],
+    lakefs_controls: Any,
+    real: Any,
+    operation: str,
+    restart: str,
+) -> None:
+    repo, input_commit = seeded
+    killed: list[Call] = []
+    pids: list[int | None] = [real.pid]
+
+    def crash(call: Call) -> None:
+        assert call.status is not None and call.status < 300  # lakeFS did process the request
+        killed.append(call)
+        real.kill()
+        if restart == "at_once":
+            real.start()
+            pids.append(real.pid)
+
+    def restart_for_retry() -> None:
+        if real.pid is None:
+            real.start()
+            pids.append(real.pid)
+
+    crash_dags.ON_RETRY.append(restart_for_retry)
+    # The answer never comes: the process that would have sent it is gone.
+    lakefs_controls.add_fault(operation, when="after", drop=True, hook=crash)
+    try:
+        dag_run = run_dag(crash_dags.crash_dag, _conf(repo, input_commit))
+    finally:
+        if real.pid is None:  # the run ended with lakeFS down: bring it back for the assertions
+            real.start()
+    assert [c.operation for c in killed] == [operation]
+    assert len(set(pids)) == 2  # one kill, one restart
+    values = _assert_published_once(repo, input_commit, dag_run)
+    state, tries = ti_state(dag_run, "publish")
+    assert state == "success"
+    if restart == "on_retry":
+        assert tries == 2 and ("lf_real_crash", 1) in crash_dags.FAILURES
+    # A merge that landed before the crash is found again, never merged a second time.
+    if operation == "mergeIntoBranch":
+        assert values["decision"] in ("idempotent", "replace")
+    else:
+        assert values["decision"] in ("merge", "replace")
+
+
+def test_acknowledged_writes_survive_kill_9(lakefs_repo: lakefs.Repository, real: Any) -> None:
+    main = lakefs_repo.branch("main")
+    main.object("x.txt").upload("x")
+    commit = main.commit("before the crash").get_commit()
+    real.restart()
+    assert main.get_commit().id == commit.id
+    assert read_text(lakefs_repo, commit.id, "x.txt") == "x"
