@@ -366,6 +366,21 @@ class RealLakeFS:
                 process.kill()
                 process.wait()
 
+    def exited(self) -> int | None:
+        """Return the exit code if lakeFS died on its own (not by :meth:`stop`/:meth:`kill`), else ``None``."""
+        return None if self._process is None else self._process.poll()
+
+    def ensure_running(self) -> int | None:
+        """Restart lakeFS if it died on its own (something else killed it); return its exit code then.
+
+        :raises RealLakeFSError: if it cannot be restarted.
+        """
+        code = self.exited()
+        if code is not None:
+            self._process = None
+            self.start()
+        return code
+
     def kill(self) -> None:
         """SIGKILL lakeFS and reap it: nothing of it runs afterwards (a crash, for tests)."""
         process, self._process = self._process, None
@@ -408,3 +423,30 @@ class RealLakeFS:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_lakefence.testing.real_lakefs [--module DIR] [--version V]``: build (or find) lakeFS.
+
+    Prints the binary's path; CI runs it once before the tests so the build is not charged to a test.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m airflow_lakefence.testing.real_lakefs", description=main.__doc__)
+    parser.add_argument("--module", help="the wrapper Go module to build (default $LAKEFENCE_LAKEFS_GO_MODULE)")
+    parser.add_argument("--version", help=f"lakeFS version without a module (default {DEFAULT_LAKEFS_VERSION})")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        binary = ensure_lakefs_binary(args.module, args.version, log=sys.stderr)
+    except RealLakeFSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(binary)
+    print(f"lakeFS binary ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

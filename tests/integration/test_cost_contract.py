@@ -9,9 +9,13 @@ method and the figures.
 
 How it is measured, with real components only:
 
-* lakeFS: the local server's per-operation request counters (every HTTP request the SDK sends).
-  The state a scenario needs (history, the job's 10,000 objects, a racing foreign commit) is made
-  through the server's store in-process, so it costs no counted request and no test time.
+* lakeFS: the fault-injecting proxy's per-operation request counters (every HTTP request the
+  SDK sends), on either backend (``--lakefs-backend=local|real|both``): the same contract holds on
+  both. The state a scenario needs (history, the job's objects, a racing foreign commit) is made
+  through a :class:`Backdoor` that the proxy does not see: the local server's store in-process
+  (no request, no test time), or real lakeFS's own port directly (uploads in parallel). On real
+  lakeFS the job changes at most :data:`REAL_MAX_OBJECTS` objects (10,000 uploads per scenario
+  would take minutes); the call counts asserted are the same.
 * Airflow: a spy on the in-process Execution-API channel of ``dag.test()``
   (``InProcessSupervisorComms.send``) counts every request the task sends to the API server, by
   message type, and delegates to the real implementation.
@@ -22,9 +26,11 @@ How it is measured, with real components only:
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,15 +43,16 @@ from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name, staging_branch_prefix
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
-from airflow_lakefence.testing.lakefs_server import LakeFSServer
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from airflow_lakefence.testing.lakefs_server.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.conftest import load_dag_module
 from tests.integration.helpers import run_dag, update_ti, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
-REPOSITORY = "cost-contract"
+REPOSITORY = f"cost-contract-{uuid.uuid4().hex[:8]}"
 MAX_DEPTH = 1000
+#: On real lakeFS the job's objects are uploaded for real: the largest volume point is capped.
+REAL_MAX_OBJECTS = 1000
 #: (target history depth, objects the job changes): every depth and every volume of the issue.
 POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
 POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
@@ -74,30 +81,91 @@ MAX_API_CALLS_PER_CHECK = 2
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeFSServer]:
-    """This module's own local lakeFS: its store sets up scenarios without counted requests."""
-    with LakeFSServer(tmp_path_factory.mktemp("lakefs-cost")) as srv:
-        yield srv
+class Backdoor:
+    """Scenario set-up and inspection that no counter sees.
+
+    On the local backend, the server's store in-process; on real lakeFS, its own port (not the
+    proxy's), through the SDK.
+
+    :param info: the session's lakeFS.
+    """
+
+    def __init__(self, info: LakeFSServerInfo) -> None:
+        self.info = info
+        self.store = info.server.store if info.is_local else None
+        direct = info.server.url if info.server is not None else os.environ[ENDPOINT_ENV].removesuffix("/api/v1")
+        self.client = lakefs.Client(host=direct, username=info.access_key_id, password=info.secret_access_key)
+        self.repo = lakefs.Repository(REPOSITORY, client=self.client)
+
+    def cap(self, objects: int) -> int:
+        """How many objects a scenario of ``objects`` really stages on this backend."""
+        return objects if self.store is not None else min(objects, REAL_MAX_OBJECTS)
+
+    def create_repository(self) -> None:
+        namespace = f"{self.info.storage_namespace.rstrip('/')}/{REPOSITORY}"
+        self.repo.create(storage_namespace=namespace, default_branch="main")
+
+    def create_branch(self, name: str, ref: str) -> None:
+        if self.store is not None:
+            self.store.create_branch(REPOSITORY, name, ref)
+        else:
+            self.repo.branch(name).create(ref)
+
+    def commit(self, branch: str, message: str, allow_empty: bool = True) -> str:
+        if self.store is not None:
+            return str(self.store.commit(REPOSITORY, branch, message, allow_empty=allow_empty).id)
+        return str(self.repo.branch(branch).commit(message, allow_empty=allow_empty).get_commit().id)
+
+    def get_commit(self, ref: str) -> Any:
+        """The commit ``ref`` names (``id``, ``parents``, ``metadata``)."""
+        if self.store is not None:
+            return self.store.get_commit(REPOSITORY, ref)
+        return self.repo.ref(ref).get_commit()
+
+    def stage(self, branch: str, paths: list[str], content: bytes) -> None:
+        """Leave ``paths`` uncommitted on ``branch``, all with ``content``: what a direct-mode job leaves."""
+        if self.store is not None:
+            _stage(self.store, branch, paths, self.store.put_blob(io.BytesIO(content)))
+            return
+        target = self.repo.branch(branch)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda path: target.object(path).upload(content), paths))
+
+    def count_objects(self, ref: str, prefix: str = "out/") -> int:
+        """How many objects ``ref`` holds under ``prefix``."""
+        if self.store is None:
+            return sum(1 for _ in self.repo.ref(ref).objects(prefix=prefix, max_amount=None))
+        total, after = 0, ""
+        while True:
+            page = self.store.list_objects(REPOSITORY, ref, prefix=prefix, after=after, delimiter="", limit=1000)
+            total += len(page.items)
+            if not page.has_more:
+                return total
+            after = page.items[-1][0]
+
+    def branches(self, prefix: str) -> list[str]:
+        if self.store is not None:
+            refs, _ = self.store.list_refs(REPOSITORY, "branches", prefix, "", 100)
+            return [name for name, _ in refs]
+        return [b.id for b in self.repo.branches(prefix=prefix, show_hidden=True)]
 
 
 @pytest.fixture(scope="module")
-def lakefs_server(server: LakeFSServer) -> LakeFSServerInfo:
-    """Override of the plugin's fixture: ``lakefs_conn`` and ``lakefs_controls`` use this server."""
-    return LakeFSServerInfo(server.url, server.access_key_id, server.secret_access_key, "local://cost", server.controls)
+def server(lakefs_server: LakeFSServerInfo) -> Backdoor:
+    """This module's uncounted access to the session's lakeFS, with the test repository created."""
+    backdoor = Backdoor(lakefs_server)
+    backdoor.create_repository()
+    return backdoor
 
 
 @pytest.fixture(scope="module")
-def history(server: LakeFSServer) -> dict[int, str]:
+def history(server: Backdoor) -> dict[int, str]:
     """A repository whose ``main`` is ``MAX_DEPTH`` commits deep; returns {depth: commit id}."""
-    client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
-    lakefs.Repository(REPOSITORY, client=client).create(storage_namespace=f"local://cost/{REPOSITORY}")
-    seed = server.store.put_blob(io.BytesIO(b"input"))
-    _stage(server, "main", ["in/data.txt"], seed)
-    server.store.commit(REPOSITORY, "main", "seed input")  # depth 2: the creation commit is depth 1
+    server.stage("main", ["in/data.txt"], b"input")
+    server.commit("main", "seed input", allow_empty=False)  # depth 2: the creation commit is depth 1
     for n in range(MAX_DEPTH - 2):
-        server.store.commit(REPOSITORY, "main", f"history {n}", allow_empty=True)
-    return {depth: server.store.get_commit(REPOSITORY, f"main~{MAX_DEPTH - depth}").id for depth in (1, 100, 1000)}
+        server.commit("main", f"history {n}")
+    return {depth: server.get_commit(f"main~{MAX_DEPTH - depth}").id for depth in (1, 100, 1000)}
 
 
 @pytest.fixture
@@ -127,10 +195,10 @@ def api_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 # -- measuring ---------------------------------------------------------------------------------
 
 
-def _stage(server: LakeFSServer, branch: str, paths: list[str], blob: Any) -> None:
+def _stage(store: Any, branch: str, paths: list[str], blob: Any) -> None:
     """Stage ``paths`` on ``branch`` uncommitted, in one store transaction: what a direct-mode job
     leaves behind, without 10,000 counted uploads (through the SDK that takes about 30 s)."""
-    with server.store.write() as tx:
+    with store.write() as tx:
         entry = tx.add_entry(
             address=f"local://cost/{REPOSITORY}/data/{uuid.uuid4().hex}",
             blob=blob.sha256,
@@ -234,7 +302,7 @@ class Run:
 
 
 def run_publish(
-    server: LakeFSServer,
+    server: Backdoor,
     controls: Any,
     api_calls: Counter[str],
     dags: Any,
@@ -244,12 +312,11 @@ def run_publish(
     job: dict[str, Any] | None = None,
 ) -> Run:
     """Run ``dag`` once on a fresh target branch at ``input_commit`` and measure every try."""
-    store = server.store
     target = f"target-{uuid.uuid4().hex[:12]}"
-    store.create_branch(REPOSITORY, target, input_commit)
+    server.create_branch(target, input_commit)
     foreign: list[str] = []
     if scenario.foreign_commit_before_run:
-        foreign.append(store.commit(REPOSITORY, target, "someone else", allow_empty=True).id)
+        foreign.append(server.commit(target, "someone else"))
     probe = Probe(controls, api_calls)
     published: list[str] = []
 
@@ -266,14 +333,14 @@ def run_publish(
         count = scenario.objects
         if try_number > 1 and scenario.objects_on_retry is not None:
             count = scenario.objects_on_retry
+        count = server.cap(count)
         if count:
             _, staging = _current()
-            blob = store.put_blob(io.BytesIO(f"try {try_number} of {target}".encode()))
-            _stage(server, staging, [f"out/part-{n:05d}" for n in range(count)], blob)
+            server.stage(staging, [f"out/part-{n:05d}" for n in range(count)], f"try {try_number} of {target}".encode())
 
     def race(try_number: int) -> None:
         if scenario.foreign_commit_during_job:
-            foreign.append(store.commit(REPOSITORY, target, "racer", allow_empty=True).id)
+            foreign.append(server.commit(target, "racer"))
 
     def stale(try_number: int) -> None:
         if scenario.mark_stale_after_stage == "clear":
@@ -283,7 +350,7 @@ def run_publish(
 
     def die(try_number: int) -> None:
         if scenario.die_after_publishing and try_number == 1:
-            published.append(store.get_commit(REPOSITORY, target).id)
+            published.append(server.get_commit(target).id)
             if scenario.leave_staging_behind:
                 # The dying worker never gets to delete its staging branch.
                 controls.add_fault("deleteBranch", status=503)
@@ -328,22 +395,11 @@ def assert_fence_cost(attempt: Attempt, checks: int = 3) -> None:
 
 
 @pytest.fixture
-def measure(server: LakeFSServer, lakefs_controls: Any, api_calls: Counter[str], dags: Any) -> Callable[..., Run]:
+def measure(server: Backdoor, lakefs_controls: Any, api_calls: Counter[str], dags: Any) -> Callable[..., Run]:
     def measure_(dag: Any, input_commit: str, scenario: Scenario, job: dict[str, Any] | None = None) -> Run:
         return run_publish(server, lakefs_controls, api_calls, dags, dag, input_commit, scenario, job)
 
     return measure_
-
-
-def objects_on(server: LakeFSServer, ref: str, prefix: str = "out/") -> int:
-    """How many objects ``ref`` holds under ``prefix`` (read through the store: not counted)."""
-    total, after = 0, ""
-    while True:
-        page = server.store.list_objects(REPOSITORY, ref, prefix=prefix, after=after, delimiter="", limit=1000)
-        total += len(page.items)
-        if not page.has_more:
-            return total
-        after = page.items[-1][0]
 
 
 # -- the contract, decision by decision --------------------------------------------------------
@@ -351,14 +407,14 @@ def objects_on(server: LakeFSServer, ref: str, prefix: str = "out/") -> int:
 
 @pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
 def test_merge(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int, objects: int
 ) -> None:
     run = measure(dags.direct_dag, history[depth], Scenario(objects=objects))
     assert run.dag_run.state == "success"
-    head = server.store.get_commit(REPOSITORY, run.target)
+    head = server.get_commit(run.target)
     assert run.xcom["decision"] == "merge" and run.xcom["output_ref"] == head.id
     assert head.parents == [run.input_commit, run.xcom["staged_commit"]]
-    assert objects_on(server, run.target) == objects
+    assert server.count_objects(run.target) == server.cap(objects)
     assert list(run.attempts) == [1]
     assert_contract(run.attempts[1], "merge")
     assert_fence_cost(run.attempts[1])
@@ -366,30 +422,30 @@ def test_merge(
 
 @pytest.mark.parametrize("depth", [1, 100, 1000])
 def test_noop(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int
 ) -> None:
     run = measure(dags.direct_dag, history[depth], Scenario(objects=0))
     assert run.dag_run.state == "success"
     assert run.xcom["decision"] == "noop" and run.xcom["output_ref"] == run.input_commit
-    assert server.store.get_commit(REPOSITORY, run.target).id == run.input_commit
+    assert server.get_commit(run.target).id == run.input_commit
     assert_contract(run.attempts[1], "noop")
     assert_fence_cost(run.attempts[1])
 
 
 @pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
 def test_replace(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int, objects: int
 ) -> None:
     run = measure(dags.direct_retry_dag, history[depth], Scenario(objects=objects, die_after_publishing=True))
     assert run.dag_run.state == "success"
     assert list(run.attempts) == [1, 2]
-    abandoned = server.store.get_commit(REPOSITORY, run.published_before_death[0])
+    abandoned = server.get_commit(run.published_before_death[0])
     assert decode_metadata(abandoned.metadata).attempt.try_number == 1  # type: ignore[union-attr]
-    head = server.store.get_commit(REPOSITORY, run.target)
+    head = server.get_commit(run.target)
     assert run.xcom["decision"] == "replace"
     assert head.id == run.xcom["output_ref"] == run.xcom["staged_commit"]
     assert head.parents == [run.input_commit]
-    assert objects_on(server, run.target) == objects
+    assert server.count_objects(run.target) == server.cap(objects)
     assert_contract(run.attempts[1], "merge")  # the try that died had merged
     assert_contract(run.attempts[2], "replace")
     assert_fence_cost(run.attempts[2])
@@ -397,15 +453,15 @@ def test_replace(
 
 @pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
 def test_relocate(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int, objects: int
 ) -> None:
     scenario = Scenario(objects=objects, objects_on_retry=0, die_after_publishing=True)
     run = measure(dags.direct_retry_dag, history[depth], scenario)
     assert run.dag_run.state == "success"
     assert run.xcom["decision"] == "relocate"
-    assert server.store.get_commit(REPOSITORY, run.target).id == run.xcom["output_ref"] == run.input_commit
+    assert server.get_commit(run.target).id == run.xcom["output_ref"] == run.input_commit
     assert run.published_before_death and run.published_before_death[0] != run.input_commit
-    assert objects_on(server, run.target) == 0
+    assert server.count_objects(run.target) == 0
     assert_contract(run.attempts[1], "merge")
     assert_contract(run.attempts[2], "relocate")
     assert_fence_cost(run.attempts[2])
@@ -413,30 +469,30 @@ def test_relocate(
 
 @pytest.mark.parametrize(("depth", "objects"), POINTS, ids=POINT_IDS)
 def test_fail_closed(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int, objects: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int, objects: int
 ) -> None:
     run = measure(dags.direct_dag, history[depth], Scenario(objects=objects, foreign_commit_during_job=True))
     assert run.dag_run.state == "failed"
     error = dags.FAILURES[("lf_cost_direct", 1)]
     assert type(error) is PublishFenceError
-    assert server.store.get_commit(REPOSITORY, run.target).id == run.foreign[0]
-    marker = server.store.get_commit(REPOSITORY, error.staging_branch)
+    assert server.get_commit(run.target).id == run.foreign[0]
+    marker = server.get_commit(error.staging_branch)
     assert marker.metadata["lakefence.evidence"] == "PublishFenceError"
-    evidence = server.store.get_commit(REPOSITORY, marker.parents[0])
+    evidence = server.get_commit(marker.parents[0])
     assert evidence.parents == [run.input_commit]
-    assert objects_on(server, error.staging_branch) == objects
+    assert server.count_objects(error.staging_branch) == server.cap(objects)
     assert_contract(run.attempts[1], "fail_closed")
     assert_fence_cost(run.attempts[1], checks=2)
 
 
 @pytest.mark.parametrize("depth", [1, 1000])
 def test_fail_closed_before_the_job(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, depth: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int
 ) -> None:
     run = measure(dags.direct_dag, history[depth], Scenario(foreign_commit_before_run=True))
     assert run.dag_run.state == "failed"
     assert isinstance(dags.FAILURES[("lf_cost_direct", 1)], PublishFenceError)
-    assert server.store.get_commit(REPOSITORY, run.target).id == run.foreign[0]
+    assert server.get_commit(run.target).id == run.foreign[0]
     assert_contract(run.attempts[1], "fail_closed_before_job")
     assert run.attempts[1].fence_arm == {"SetTaskStateStore": 1} and run.attempts[1].fence_checks == []
 
@@ -446,7 +502,7 @@ def test_fail_closed_before_the_job(
 
 @pytest.mark.parametrize("objects", [1, 10_000])
 def test_output_prefixes_add_one_diff_per_prefix_level(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any, objects: int
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, objects: int
 ) -> None:
     """Direct mode with ``output_prefixes=["out/"]``: one uncommitted-diff listing, whatever the volume.
 
@@ -454,7 +510,7 @@ def test_output_prefixes_add_one_diff_per_prefix_level(
     """
     run = measure(dags.direct_prefixes_dag, history[1000], Scenario(objects=objects))
     assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
-    assert objects_on(server, run.target) == objects
+    assert server.count_objects(run.target) == server.cap(objects)
     before, after = CONTRACT["merge"]
     assert run.attempts[1].before == before
     assert run.attempts[1].after == {**after, "diffBranch": 1}
@@ -462,19 +518,19 @@ def test_output_prefixes_add_one_diff_per_prefix_level(
 
 
 def test_workspace_mode_adds_one_upload_per_file(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any
 ) -> None:
     job = {"generate": {"prefix": "out/", "count": 100, "size": 16}}
     run = measure(dags.workspace_dag, history[1000], Scenario(objects=0), job)
     assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
-    assert objects_on(server, run.target) == 100
+    assert server.count_objects(run.target) == 100
     before, after = CONTRACT["merge"]
     assert run.attempts[1].before == before
     assert run.attempts[1].after == {**after, "uploadObject": 100}
 
 
 def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
-    measure: Callable[..., Run], server: LakeFSServer, history: dict[int, str], dags: Any
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any
 ) -> None:
     """A worker killed after publishing leaves its staging branch: the retry reads its HEAD (to spare
     evidence) and deletes it: +2 calls per leftover branch.
@@ -489,8 +545,7 @@ def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
     assert run.attempts[2].after == after
     assert run.attempts[2].total == MAX_CALLS_PER_ATTEMPT + 2
     key = PublicationKey(run.dag_run.dag_id, run.dag_run.run_id, "publish", -1)
-    left, _ = server.store.list_refs(REPOSITORY, "branches", staging_branch_prefix(key), "", 100)
-    assert left == []  # the dead try's branch is gone, and so is the retry's own
+    assert server.branches(staging_branch_prefix(key)) == []  # the dead try's branch is gone, and so is the retry's own
 
 
 # -- the attempt fence -------------------------------------------------------------------------
@@ -501,7 +556,7 @@ def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
 )
 def test_a_stale_answer_costs_at_most_two_api_calls(
     measure: Callable[..., Run],
-    server: LakeFSServer,
+    server: Backdoor,
     history: dict[int, str],
     dags: Any,
     action: str,
@@ -511,7 +566,7 @@ def test_a_stale_answer_costs_at_most_two_api_calls(
     run = measure(dags.direct_dag, history[1], Scenario(mark_stale_after_stage=action))
     error = dags.FAILURES.get(("lf_cost_direct", 1))
     assert isinstance(error, StaleAttemptError) and reason in str(error)
-    assert server.store.get_commit(REPOSITORY, run.target).id == run.input_commit
+    assert server.get_commit(run.target).id == run.input_commit
     assert list(run.attempts) == [1]
     attempt = run.attempts[1]
     assert attempt.fence_checks == [FENCE_CHECK]  # before stage: still current

@@ -200,8 +200,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Remember where the launched lakeFS's log stood when the test started."""
-    server = getattr(item, "funcargs", {}).get("lakefs_server")
-    log_size = getattr(getattr(server, "server", None), "log_size", None)
+    server = getattr(getattr(item, "funcargs", {}).get("lakefs_server"), "server", None)
+    if hasattr(server, "ensure_running"):
+        code = server.ensure_running()
+        if code is not None:
+            # Something outside the test (a signal from another process) stopped it: say so, go on.
+            item.warn(pytest.PytestWarning(f"real lakeFS had exited ({code}) before this test: restarted it"))
+    log_size = getattr(server, "log_size", None)
     if log_size is not None:
         item.stash[_LOG_OFFSET] = log_size()
     return (yield)
