@@ -234,20 +234,36 @@ class CeleryStack(AirflowStack):
         wait_for(f"workers {sorted(wanted)} to answer a ping", probe, timeout, interval=1.0)
 
     def worker_processes(self, name: str) -> list[psutil.Process]:
-        """Every live process of one worker (Celery processes, supervisors, task processes, jobs)."""
-        found = []
+        """Every live process of one worker (Celery processes, supervisors, task processes, jobs).
+
+        The worker's process tree, plus any process carrying its name in the environment (one that
+        left the tree). The tree matters: Celery's processes retitle themselves (setproctitle), which
+        overwrites the memory ``/proc/<pid>/environ`` shows, so their environment cannot be read back.
+        """
+        found: dict[int, psutil.Process] = {}
+        worker = self.workers.get(name)
+        if worker is not None and worker.poll() is None:
+            try:
+                root = psutil.Process(worker.pid)
+                for proc in [root, *root.children(recursive=True)]:
+                    found[proc.pid] = proc
+            except psutil.NoSuchProcess:
+                pass
         for proc in psutil.process_iter():
             try:
                 env = proc.environ()
-                if (
-                    proc.status() != psutil.STATUS_ZOMBIE
-                    and env.get(MARKER_ENV) == self.stack_id
-                    and env.get(WORKER_NAME_ENV) == name
-                ):
-                    found.append(proc)
+                if env.get(MARKER_ENV) == self.stack_id and env.get(WORKER_NAME_ENV) == name:
+                    found[proc.pid] = proc
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-        return found
+        live = []
+        for proc in found.values():
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    live.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        return live
 
     def kill_worker(self, name: str) -> int:
         """The worker's machine dies: SIGSTOP every process of it, then SIGKILL them; return how many.

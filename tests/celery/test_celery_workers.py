@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lakefs
+import psutil
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
@@ -25,7 +26,7 @@ from tests.celery.conftest import FIGURES
 from tests.celery.harness import CeleryStack
 from tests.celery.lakefs_process import LakeFSProcess
 from tests.dags.celery_dags import RESTART_POINTS, held_name
-from tests.scheduler.harness import wait_for
+from tests.scheduler.harness import StackError, wait_for
 from tests.scheduler.test_real_scheduler import (
     HeadRecorder,
     Signals,
@@ -34,7 +35,6 @@ from tests.scheduler.test_real_scheduler import (
     read_text,
     record_of,
     staging_branches,
-    task_processes,
     timestamp,
     xcom,
 )
@@ -56,6 +56,37 @@ def wait_held(signals: Signals, task_id: str, try_number: int, point: str, timeo
 
 def release(signals: Signals, task_id: str, try_number: int, point: str) -> None:
     (signals.directory / f"{held_name(task_id, try_number, point)}.go").touch()
+
+
+def task_processes(ti_id: str) -> list[str]:
+    """The live task process of a task instance (the Task SDK titles it ``airflow worker -- <ti id>``).
+
+    Only that title counts: a Celery pool process that supervised the try stays alive for the next one.
+    """
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if cmdline.startswith("airflow worker --") and ti_id in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(f"{proc.pid} {cmdline}")
+    return found
+
+
+def other_processes_naming(ti_id: str) -> list[str]:
+    """Every live process whose command line names the task instance (for a failure message)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if ti_id in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(f"{proc.pid} {proc.info['status']} {cmdline[:200]}")
+    return found
+
+
+def wait_task_process_end(ti_id: str, what: str, timeout: float = 30) -> None:
+    """Wait until the task process of ``ti_id`` has ended; name what still runs if it does not."""
+    try:
+        wait_for(f"{what}'s task process to end", lambda: not task_processes(ti_id), timeout)
+    except StackError as exc:
+        raise AssertionError(f"{exc}: {task_processes(ti_id)}; naming it: {other_processes_naming(ti_id)}") from None
 
 
 def publications(repo: lakefs.Repository, ref: str) -> list[Any]:
@@ -95,7 +126,7 @@ def test_clear_running_try_the_stale_worker_never_publishes(
         api.clear(dag_id, run_id, "publish")
         wait_for("try 1's Spark job to be killed", lambda: gone(first["pid"]), 30)
         FIGURES["clear_to_stale_job_killed_s"] = time.monotonic() - cleared_mono
-        wait_for("try 1's task process to end", lambda: not task_processes(ti1["id"]), 30)
+        wait_task_process_end(ti1["id"], "try 1")
         FIGURES["clear_to_stale_task_process_end_s"] = time.monotonic() - cleared_mono
 
         ti2 = api.wait_ti(dag_id, run_id, "publish", {"running", "success", "failed"}, timeout=90, try_number=2)
@@ -157,7 +188,7 @@ def test_marked_failed_and_marked_success_on_workers_publish_nothing(
             wait_for(f"{task}'s job to be killed", lambda task=task: gone(jobs[task]["pid"]), 30)
             FIGURES[f"mark_{state}_to_stale_job_killed_s"] = time.monotonic() - marked_mono
         for task in marks:
-            wait_for(f"{task}'s task process to end", lambda task=task: not task_processes(tis[task]["id"]), 30)
+            wait_task_process_end(tis[task]["id"], task)
         FIGURES["mark_to_stale_task_processes_end_s"] = time.monotonic() - marked_mono
 
     FIGURES["mark_workers"] = {task: ti["hostname"] for task, ti in tis.items()}
@@ -293,7 +324,8 @@ def test_backfill_of_five_runs_across_both_workers_is_linear(
     for run, commit in zip(runs, reversed(first_parent[:-1]), strict=True):
         record = decode_metadata(commit.metadata)
         assert record is not None and record.role == ROLE_PUBLISH
-        assert (record.attempt.key.run_id, record.attempt.try_number, record.input_ref) == (run["dag_run_id"], 1, previous)
+        key = (record.attempt.key.run_id, record.attempt.try_number, record.input_ref)
+        assert key == (run["dag_run_id"], 1, previous)
         assert commit.parents[0] == previous
         assert commit.metadata["logical_date"][:10] == run["logical_date"][:10]
         assert xcom(api, dag_id, run["dag_run_id"], "publish", "output_ref") == commit.id
