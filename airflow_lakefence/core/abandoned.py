@@ -13,10 +13,16 @@ verdict                HEAD is...
                        (its XCom ``output_ref`` is HEAD)
 ``in_flight``          a publication whose task instance is still running: the try that published
                        it completing, or a newer try that has not shown itself yet
+``superseded``         a publication of a try that **succeeded** and was then cleared on purpose (a
+                       day re-run): a new try is about to replace it, or is replacing it now
 ``abandoned``          a publication whose try is neither running nor succeeded with that output:
                        the task instance failed, was marked, cleared, is waiting for a retry, was
                        deleted, succeeded with another output, or a newer try is running
 =====================  ===========================================================================
+
+A cleared task instance keeps its ``output_ref`` XCom until its new try starts, so a pending state
+with ``output_ref`` equal to HEAD is a cleared success (``superseded``); once the new try runs, it
+pushes the XCom ``supersedes`` (``{"output_ref", "try_number"}``) naming the publication it replaces.
 
 Airflow tells a task instance's *current* state but not its try number. The running try is known to
 be newer than HEAD's when a staging branch of a higher try of the same key exists (try numbers only
@@ -56,6 +62,7 @@ class Verdict(enum.StrEnum):
     OUT_OF_SCOPE = "out_of_scope"
     SETTLED = "settled"
     IN_FLIGHT = "in_flight"
+    SUPERSEDED = "superseded"
     ABANDONED = "abandoned"
 
 
@@ -102,11 +109,14 @@ class PublisherState:
     :param output_ref: its XCom ``output_ref``; read only when the state is ``success``.
     :param newest_staging_try: the highest try number among the key's staging branches; looked up
         only when the state is live (``None``: not looked up, or no branch).
+    :param supersedes: the running try's XCom ``supersedes`` (``{"output_ref", "try_number"}``): the
+        successful publication it replaces; read only when a newer try is running.
     """
 
     state: str | None
     output_ref: str | None = None
     newest_staging_try: int | None = None
+    supersedes: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,11 +234,22 @@ def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
 
 
 def needs_output_ref(state: str | None) -> bool:
-    """Whether the ``output_ref`` XCom must be read to judge (only for a successful instance).
+    """Whether the ``output_ref`` XCom must be read to judge: for a successful instance, and for a
+    pending one (a cleared success keeps its ``output_ref`` until the new try starts).
 
     :param state: the normalised state.
     """
-    return state == SUCCESS
+    return state == SUCCESS or state in PENDING_STATES
+
+
+def needs_supersedes(state: str | None, record: LakefenceRecord, newest_staging_try: int | None) -> bool:
+    """Whether the running try's ``supersedes`` XCom must be read (only when a newer try runs).
+
+    :param state: the normalised state.
+    :param record: HEAD's record.
+    :param newest_staging_try: the highest try among the key's staging branches.
+    """
+    return state in LIVE_STATES and newest_staging_try is not None and newest_staging_try > record.attempt.try_number
 
 
 def needs_staging_listing(state: str | None) -> bool:
@@ -282,6 +303,12 @@ def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -
         )
     if state in LIVE_STATES:
         newest = publisher.newest_staging_try
+        supersedes = publisher.supersedes or {}
+        if newest is not None and newest > try_number and supersedes.get("output_ref") == head.commit_id:
+            return verdict(
+                Verdict.SUPERSEDED,
+                f"it succeeded and was cleared; try {newest} of its task is {state} and replaces it on purpose",
+            )
         if newest is not None and newest > try_number:
             return verdict(
                 Verdict.ABANDONED,
@@ -289,6 +316,11 @@ def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -
                 replacement_running=True,
             )
         return verdict(Verdict.IN_FLIGHT, f"its task instance is {state}: the publishing try may still complete")
+    if state in PENDING_STATES and publisher.output_ref == head.commit_id:
+        return verdict(
+            Verdict.SUPERSEDED,
+            f"it succeeded with this output and was cleared ({state}): a new try will replace it on purpose",
+        )
     if state in PENDING_STATES:
         return verdict(
             Verdict.ABANDONED,

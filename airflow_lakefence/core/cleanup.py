@@ -1,14 +1,14 @@
 """Which staging branches may be deleted (the cleaner of seed 003), and the evidence marker.
 
 A staging branch outlives its attempt when the worker died (no ``finally`` ran), when a delete
-failed, or on purpose: the operator keeps it as evidence of a fence violation. The cleaner deletes
-a branch only when its attempt is **provably dead**, never a live attempt's branch, and never an
-evidence branch unless asked. The rules, in order:
+failed, or on purpose: the attempt keeps it as evidence of a fail-closed publish. The cleaner
+deletes a branch only when its attempt is **provably dead** and the branch provably holds no
+evidence; never a live attempt's branch, never an evidence branch unless asked. The rules, in order:
 
 1. **Evidence**: the branch's HEAD carries the evidence marker (:data:`EVIDENCE_KEY`, written by the
-   operator when it keeps the branch) → keep, unless ``delete_evidence``; then the rules below.
+   attempt when it keeps the branch) → keep, unless ``delete_evidence``; then the rules below.
 2. **A newer try exists**: another staging branch of the same publication key has a higher try
-   number → delete. Try numbers only grow, so this try can no longer be the current one.
+   number → delete, unless the branch is *staged but unmarked* (rule 6 decides those).
 3. **Identify the attempt's task instance**: from the branch HEAD's ``stage`` record (when it
    belongs to this very branch: the name derived from the record must be the branch's name), else
    from the key hash in the name, matched against the keys of staged siblings and of the publishers
@@ -18,8 +18,13 @@ evidence branch unless asked. The rules, in order:
    runs). The HEAD commit's date says nothing about the branch's age: an unstaged branch points at
    its input commit, which may be much older than the branch.
 5. **Ask Airflow** about the task instance: not found (its run was deleted) → delete; running,
-   deferred or up for reschedule → keep (it may be this attempt); any other state (success,
-   failed, cleared, queued for a retry...) → delete: no try is running, so this attempt is dead.
+   deferred or up for reschedule → keep (it may be this attempt); a state this version does not
+   know → keep (treated as alive); success, failed, cleared, queued for a retry... → no try is
+   running, so this attempt is dead: go on.
+6. **Staged but unmarked** (HEAD is the attempt's own ``stage`` commit, no marker): a fail-closed
+   attempt whose marker commit could not be written looks exactly like this, so keep it unless the
+   task instance **succeeded** (the succeeding try spared and re-marked every earlier try's
+   recorded evidence) or ``delete_evidence``. An unstaged branch holds nothing of value → delete.
 
 Nothing here imports Airflow or lakeFS.
 """
@@ -30,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_lakefence.core.abandoned import LIVE_STATES
+from airflow_lakefence.core.abandoned import FAILED_STATES, LIVE_STATES, PENDING_STATES, SUCCESS
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import (
     METADATA_PREFIX,
@@ -49,6 +54,8 @@ from airflow_lakefence.core.naming import (
 #: Commit-metadata key marking a staging branch kept as evidence; the value names the error class.
 EVIDENCE_KEY = METADATA_PREFIX + "evidence"
 _MAX_ERROR_NAME = 64
+#: States in which no try of the task instance is running (anything else counts as alive).
+DEAD_STATES = frozenset({SUCCESS}) | PENDING_STATES | FAILED_STATES
 
 
 def evidence_metadata(attempt: AttemptId, input_ref: str, error: str) -> dict[str, str]:
@@ -198,8 +205,10 @@ def plan_cleanup(
         key = branch.record.attempt.key if branch.record is not None else keys.get(branch.info.key_hash)
         if branch.evidence is not None and not delete_evidence:
             return False, f"kept as evidence of {branch.evidence}", key
-        if newest[branch.info.key_hash] > branch.info.try_number:
-            return True, f"try {newest[branch.info.key_hash]} of the same task instance exists", key
+        staged_unmarked = branch.record is not None and branch.evidence is None and not delete_evidence
+        newer = newest[branch.info.key_hash]
+        if newer > branch.info.try_number and not staged_unmarked:
+            return True, f"try {newer} of the same task instance exists", key
         if key is None:
             seen = first_seen.get(branch.name)
             if max_age is not None and seen is not None and seen[0] == branch.head and now - seen[1] >= max_age:
@@ -216,6 +225,15 @@ def plan_cleanup(
             return True, "its task instance no longer exists", key
         if state in LIVE_STATES:
             return False, f"its task instance is {state}: the attempt may be live", key
+        if state not in DEAD_STATES:
+            return False, f"its task instance is in state {state!r}, unknown here: treated as alive", key
+        if staged_unmarked and state != SUCCESS:
+            return (
+                False,
+                f"staged but not marked, and its task instance is {state}: it may be the evidence of a "
+                "fail-closed try whose marker could not be written (delete_evidence=True deletes it)",
+                key,
+            )
         return True, f"its task instance is {state}: no try of it is running", key
 
     decisions = []

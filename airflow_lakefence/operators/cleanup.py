@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -21,7 +22,7 @@ from airflow_lakefence.core.cleanup import (
 )
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.exceptions import InvalidInputError
+from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.triggers.probes import AirflowView, TaskSdkView
@@ -66,12 +67,15 @@ class LakeFSStagingCleanupOperator(BaseOperator):
     """Delete lakefence staging branches whose attempt is provably dead; keep live and evidence ones.
 
     It lists the staging branches under ``staging_branch_prefix`` (hidden ones included), reads each
-    branch's HEAD, asks Airflow about the attempts' task instances, and deletes a branch only when:
-    a newer try of the same task instance has a staging branch; or its task instance is in any
-    state but running/deferred/up-for-reschedule (success, failed, cleared, waiting for a retry...);
-    or its task instance no longer exists; or (with ``max_age``) it could not be identified and this
-    cleaner has seen it unchanged for ``max_age``. A branch the operator kept as evidence of a fence
-    violation is kept unless ``delete_evidence``. The rules are in docs/abandoned-publications.md.
+    branch's HEAD, and only then asks Airflow about the attempts' task instances (so a state is never
+    older than the listing it judges). It deletes a branch only when: a newer try of the same task
+    instance has a staging branch; or its task instance is in a known state in which no try runs
+    (success, failed, cleared, waiting for a retry...; a state it does not know counts as alive); or
+    its task instance no longer exists; or (with ``max_age``) it could not be identified and this
+    cleaner has seen it unchanged for ``max_age``. A branch kept as evidence is kept unless
+    ``delete_evidence``, and so is a staged branch without a marker unless its task instance
+    succeeded. A delete that fails is reported under ``kept`` and retried by the next run. The
+    rules are in docs/abandoned-publications.md.
 
     Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
     entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
@@ -189,9 +193,13 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         )
         deleted: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
-        for decision in decisions:
+        for n, decision in enumerate(decisions):
             if decision.delete and not self.is_dry_run:
-                client.delete_branch(self.repository, decision.branch, missing_ok=True)
+                try:
+                    client.delete_branch(self.repository, decision.branch, missing_ok=True)
+                except LakeFenceError as exc:
+                    # One failed delete must not stop the others; the next run tries again.
+                    decision = decisions[n] = replace(decision, delete=False, reason=f"delete failed: {exc}")
             (deleted if decision.delete else kept).append(decision.to_dict())
             self.log.info(
                 "%s %s: %s",

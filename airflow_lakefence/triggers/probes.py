@@ -18,6 +18,7 @@ from airflow_lakefence.core.abandoned import (
     judge,
     needs_output_ref,
     needs_staging_listing,
+    needs_supersedes,
     newest_try,
     publication_of,
     state_from_task_states,
@@ -30,6 +31,8 @@ from airflow_lakefence.lakefs_client import LakeFSClient
 
 #: The XCom key under which the fenced operator reports the commit it stands behind.
 OUTPUT_REF_KEY = "output_ref"
+#: The XCom key under which a try names the successful publication it replaces (a cleared success).
+SUPERSEDES_KEY = "supersedes"
 
 
 class AirflowView(Protocol):
@@ -40,6 +43,9 @@ class AirflowView(Protocol):
 
     def output_ref(self, key: PublicationKey) -> Any:
         """The ``output_ref`` XCom of the task instance of ``key``, or ``None``."""
+
+    def supersedes(self, key: PublicationKey) -> Any:
+        """The ``supersedes`` XCom of the task instance of ``key``, or ``None``."""
 
 
 class TaskSdkView:
@@ -61,10 +67,21 @@ class TaskSdkView:
 
         :param key: the publication key.
         """
+        return self._xcom(OUTPUT_REF_KEY, key)
+
+    def supersedes(self, key: PublicationKey) -> Any:
+        """Read the ``supersedes`` XCom of one task instance (one call).
+
+        :param key: the publication key.
+        """
+        return self._xcom(SUPERSEDES_KEY, key)
+
+    @staticmethod
+    def _xcom(name: str, key: PublicationKey) -> Any:
         from airflow.sdk.execution_time.xcom import XCom
 
         return XCom.get_one(
-            key=OUTPUT_REF_KEY, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
+            key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
         )
 
 
@@ -81,7 +98,7 @@ def probe_abandoned(
     publishing task instance is live (to tell its own try from a newer one).
 
     Airflow calls: one ``get_task_states`` for a publication HEAD, plus one XCom read when the task
-    instance succeeded.
+    instance succeeded or is pending (``output_ref``), or when a newer try is running (``supersedes``).
 
     :param client: the lakeFS adapter.
     :param airflow: how to ask Airflow.
@@ -111,7 +128,11 @@ def probe_abandoned(
         own = staging_branch_prefix(key, staging_prefix)
         names = [name for name, _ in client.list_branches(repository, own, show_hidden=True)]
         newest = newest_try(names, key, staging_prefix)
-    return judge(head, first, PublisherState(state, output_ref, newest))
+    supersedes = None
+    if needs_supersedes(state, first, newest):
+        value = airflow.supersedes(key)
+        supersedes = value if isinstance(value, dict) else None
+    return judge(head, first, PublisherState(state, output_ref, newest, supersedes))
 
 
 def probe_new_commit(

@@ -139,6 +139,9 @@ class DbView:
     def output_ref(self, key: PublicationKey) -> Any:
         return self.xcom(key, "output_ref")
 
+    def supersedes(self, key: PublicationKey) -> Any:
+        return self.xcom(key, "supersedes")
+
     def xcom(self, key: PublicationKey, name: str) -> Any:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session

@@ -516,6 +516,10 @@ class RegistryView:
         """The ``output_ref`` XCom a downstream task would read."""
         return self.registry.visible_xcoms().get("output_ref")
 
+    def supersedes(self, key: PublicationKey) -> Any:
+        """The ``supersedes`` XCom a try pushes when it replaces a successful publication."""
+        return self.registry.visible_xcoms().get("supersedes")
+
 
 def judge_head(lake: Lake, repository: str, registry: AttemptRegistry, branch: str = TARGET) -> Any:
     """What ``AbandonedPublicationSensor`` would report about ``branch``'s HEAD (its probe, one poke)."""

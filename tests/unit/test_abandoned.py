@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from airflow_lakefence.core.abandoned import (
+    DETECT,
     FAILED_STATES,
     LIVE_STATES,
     PENDING_STATES,
@@ -89,12 +90,14 @@ def test_judge_is_total_and_matches_the_table(
         expected = Verdict.SETTLED if output_ref == HEAD else Verdict.ABANDONED
     elif state in LIVE_STATES:
         expected = Verdict.ABANDONED if newest == 2 else Verdict.IN_FLIGHT
+    elif state in PENDING_STATES and output_ref == HEAD:
+        expected = Verdict.SUPERSEDED  # a cleared success (issue 13)
     elif state in PENDING_STATES or state in FAILED_STATES:
         expected = Verdict.ABANDONED
     else:
         expected = Verdict.IN_FLIGHT  # unknown states never raise an alarm
     assert result.verdict is expected, result.reason
-    assert result.retry_pending == (state in PENDING_STATES)
+    assert result.retry_pending == (expected is Verdict.ABANDONED and state in PENDING_STATES)
     assert result.replacement_running == (state in LIVE_STATES and newest == 2)
     assert result.readable == (expected is Verdict.SETTLED)
     assert "try 1" in result.reason
@@ -132,7 +135,7 @@ def test_conditions(
 
 @pytest.mark.parametrize("state", [*ALL_STATES, None])
 def test_what_to_read(state: str | None) -> None:
-    assert needs_output_ref(state) == (state == "success")
+    assert needs_output_ref(state) == (state == "success" or state in PENDING_STATES)
     assert needs_staging_listing(state) == (state in LIVE_STATES)
 
 
@@ -182,3 +185,29 @@ def test_to_dict_is_json_ready() -> None:
 def test_every_state_class_is_disjoint() -> None:
     for a, b in itertools.combinations([LIVE_STATES, PENDING_STATES, FAILED_STATES, {"success"}], 2):
         assert not set(a) & set(b)
+
+
+@pytest.mark.issue13
+@pytest.mark.parametrize(
+    ("state", "output_ref", "newest", "supersedes", "expected"),
+    [
+        # a cleared success, before its new try starts: its output_ref is still HEAD
+        ("none", HEAD, None, None, Verdict.SUPERSEDED),
+        ("queued", HEAD, None, None, Verdict.SUPERSEDED),
+        # a retry after a crash: the failed try never reported HEAD
+        ("up_for_retry", None, None, None, Verdict.ABANDONED),
+        # the new try runs and names the publication it replaces
+        ("running", None, 2, {"output_ref": HEAD, "try_number": 1}, Verdict.SUPERSEDED),
+        # a new try that replaces an abandoned publication names none (or another one)
+        ("running", None, 2, None, Verdict.ABANDONED),
+        ("running", None, 2, {"output_ref": "other", "try_number": 1}, Verdict.ABANDONED),
+    ],
+)
+def test_superseded_is_not_abandoned(
+    state: str, output_ref: str | None, newest: int | None, supersedes: dict[str, object] | None, expected: Verdict
+) -> None:
+    head, record = head_of()
+    result = judge(head, record, PublisherState(state, output_ref, newest, supersedes))
+    assert result.verdict is expected, result.reason
+    assert condition_met(DETECT, result) == (expected is Verdict.ABANDONED)
+    assert not result.readable

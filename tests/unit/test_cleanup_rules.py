@@ -82,17 +82,32 @@ def test_identified_branch_follows_the_task_instance_state(state: str | None, is
     branch = staged() if is_staged else unstaged()
     decisions = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: state})
     delete, reason = decisions[branch.name]
-    assert delete == (state not in LIVE_STATES), reason
+    # A staged, unmarked branch may be evidence whose marker failed: only a success proves it is not.
+    assert delete == (state not in LIVE_STATES and (not is_staged or state in ("success", None))), reason
     if state is None:
         assert "no longer exists" in reason
 
 
-def test_a_newer_try_kills_the_older_whatever_the_state() -> None:
+@pytest.mark.parametrize("is_staged", [True, False])
+def test_an_unknown_state_counts_as_alive(is_staged: bool) -> None:
+    branch = staged() if is_staged else unstaged()
+    delete, reason = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: "some_future_state"})[branch.name]
+    assert not delete and "treated as alive" in reason
+
+
+def test_a_newer_try_kills_the_older_unstaged_whatever_the_state() -> None:
     old, new = unstaged(1), staged(2)
-    for state in ("running", "none", None):
+    for state in ("running", "none", "success", None):
         decisions = plan([old, new], states={KEY: state})
         assert decisions[old.name] == (True, "try 2 of the same task instance exists")
-        assert decisions[new.name][0] == (state != "running")
+        assert decisions[new.name][0] == (state in ("success", None))
+
+
+def test_a_newer_try_never_kills_an_older_staged_unmarked_branch_unless_success() -> None:
+    old, new = staged(1), unstaged(2)
+    for state, deleted in (("running", False), ("up_for_retry", False), ("failed", False), ("success", True)):
+        delete, reason = plan([old, new], states={KEY: state})[old.name]
+        assert delete == deleted, reason
 
 
 def test_an_unstaged_sibling_of_a_staged_branch_is_identified_by_its_key_hash() -> None:
@@ -148,7 +163,7 @@ def test_a_key_not_looked_up_is_kept() -> None:
 
 def test_remember_keeps_the_first_sighting_of_an_unchanged_head() -> None:
     kept, gone = unstaged(1), staged(1, OTHER)
-    decisions = plan_cleanup([kept, gone], keys={}, states={OTHER: "failed"}, first_seen={}, now=10.0)
+    decisions = plan_cleanup([kept, gone], keys={}, states={OTHER: "success"}, first_seen={}, now=10.0)
     assert [d.delete for d in decisions] == [False, True]
     memory = remember([kept, gone], decisions, {kept.name: (INPUT, 3.0), gone.name: ("c1", 1.0)}, 10.0)
     assert memory == {kept.name: (INPUT, 3.0)}
@@ -156,7 +171,7 @@ def test_remember_keeps_the_first_sighting_of_an_unchanged_head() -> None:
 
 
 def test_decision_to_dict() -> None:
-    (decision,) = plan_cleanup([staged()], keys={}, states={KEY: "failed"}, first_seen={}, now=0.0)
+    (decision,) = plan_cleanup([staged()], keys={}, states={KEY: "success"}, first_seen={}, now=0.0)
     data = decision.to_dict()
     assert data["dag_id"] == "dag" and data["run_id"] == "run1" and data["try_number"] == 1
-    assert data["evidence"] is None and data["head"] == "c1" and "failed" in data["reason"]
+    assert data["evidence"] is None and data["head"] == "c1" and "success" in data["reason"]
