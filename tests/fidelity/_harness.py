@@ -28,7 +28,8 @@ HEX12 = re.compile(r"\b[0-9a-f]{12}\b")
 RUN_ID = re.compile(r"run id '[0-9a-z]{20}'")
 _DROP_KEYS = {"creation_date", "mtime", "physical_address", "storage_namespace", "last_modified"}
 
-BRANCHES = ["main", "b1", "b2", "feat-x", "b_3"]
+# No hex-looking names: lakeFS resolves those as commit-id prefixes too, and ids differ.
+BRANCHES = ["main", "br1", "br2", "feat-x", "b_3"]
 TAGS = ["t1", "t2", "v1.0"]
 PATHS = ["a", "b", "d/x", "d/y", "d/e/z", "f.txt", "g/h/i"]
 PREFIXES = ["", "d/", "d", "g/", "d/e/", "zz"]
@@ -93,7 +94,9 @@ class Symbols:
             found = self.by_symbol.get(m.group(1), "0" * 64)
             return found[: int(m.group(2))] if m.group(2) else found
 
-        return re.sub(r"\{(C\d+)(?::(\d+))?\}", one, text)
+        text = re.sub(r"\{(C\d+)(?::(\d+))?\}", one, text)
+        by_range = {symbol: range_id for range_id, symbol in self.ranges.items()}
+        return re.sub(r"\{(M\d+)\}", lambda m: by_range.get(m.group(1), "f" * 64), text)
 
     def normalise(self, value: Any, key: str = "") -> Any:
         if isinstance(value, dict):
@@ -113,7 +116,8 @@ class Symbols:
 def _unalias_cherry_pick(commit: dict[str, Any]) -> None:
     # lakeFS v1.86 adds the cherry-pick-* keys to the picked commit's metadata map, which its
     # commit cache shares: until evicted the picked commit reads back with them, naming itself
-    # as origin. The local server leaves the picked commit as it was (docs/lakefs-server.md).
+    # as origin, and its id no longer resolves (the id recomputed from the altered record
+    # differs). The local server leaves the picked commit as it was (docs/lakefs-server.md).
     metadata = commit.get("metadata")
     if isinstance(metadata, dict) and metadata.get("cherry-pick-origin") == commit.get("id"):
         metadata.pop("cherry-pick-origin")
@@ -162,6 +166,9 @@ class Server:
             body["results"] = self._order_ties(body["results"])
             for commit in body["results"]:
                 _unalias_cherry_pick(commit)
+        if op.kind == "get_protection" and isinstance(body, list):
+            # lakeFS lists the rules in Go map order: compare them as a set.
+            body = sorted(body, key=json.dumps)
         if op.kind == "get_commit" and isinstance(body, dict):
             _unalias_cherry_pick(body)
         return {"status": response.status_code, "reason": response.reason, "body": self.symbols.normalise(body)}
@@ -206,8 +213,10 @@ class Generator:
         self.rng = rng
         self.repo = repo
         self.commit_count = 1
+        self.range_count = 0
         self.branches = ["main"]
         self.tags: list[str] = []
+        self.poisoned: set[str] = set()
 
     # --- choices ------------------------------------------------------------------------
 
@@ -215,7 +224,10 @@ class Generator:
         return self.rng.choice(seq)
 
     def commit_sym(self) -> str:
-        return f"{{C{self.rng.randrange(self.commit_count)}}}"
+        choice = self.rng.randrange(self.commit_count)
+        # A commit lakeFS v1.86 cherry-picked no longer resolves by id (see _unalias_cherry_pick):
+        # use its parent-most stand-in, the first commit, instead.
+        return "{C0}" if f"C{choice}" in self.poisoned else f"{{C{choice}}}"
 
     def ref(self) -> str:
         roll = self.rng.random()
@@ -238,8 +250,10 @@ class Generator:
     def tag(self) -> str:
         return self.pick(self.tags) if self.tags and self.maybe(0.8) else self.pick(TAGS)
 
-    def observe(self, op: Op, status: int) -> None:
+    def observe(self, op: Op, status: int, body: Any = None) -> None:
         """Track which branches and tags exist (both servers answered alike)."""
+        if op.kind == "cherry_pick" and status == 201 and isinstance(body, dict):
+            self.poisoned.add(body["metadata"]["cherry-pick-origin"])
         if op.kind == "create_branch" and status == 201:
             self.branches.append(op.body["name"])
         elif op.kind == "delete_branch" and status == 204:
@@ -264,7 +278,7 @@ class Generator:
             ("merge", 9), ("hard_reset", 3), ("revert", 3), ("cherry_pick", 3), ("create_tag", 3),
             ("delete_tag", 1), ("diff_refs", 6), ("diff_branch", 4), ("log", 5), ("list_objects", 6),
             ("stat", 3), ("get_object", 2), ("merge_base", 2), ("get_commit", 2), ("list_branches", 2),
-            ("list_tags", 1), ("reset", 2), ("get_branch", 1), ("invalid", 4),
+            ("list_tags", 1), ("reset", 2), ("get_branch", 1), ("invalid", 4), ("protection", 1),
         ]
         kind = self.rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
         return getattr(self, f"op_{kind}")(r)
@@ -292,8 +306,21 @@ class Generator:
         if self.maybe(0.25):
             body["allow_empty"] = True
         if self.maybe(0.15):
-            body["date"] = self.pick([1_600_000_000 + self.rng.randrange(1000), 0, -5, 2**62])
-        return Op("commit", "POST", f"{r}/branches/{self.branch()}/commits", body=body)
+            body["date"] = self.pick([1_600_000_000 + self.rng.randrange(1000), 0, -5, 2**62, 2**63, 1.5])
+        params: dict[str, Any] = {}
+        if self.maybe(0.05) and self.range_count:
+            # Only trees both servers have: lakeFS does not check the id, and a commit of an
+            # unknown tree breaks every later read of the branch.
+            params["source_metarange"] = f"{{M{self.rng.randrange(self.range_count)}}}"
+        return Op("commit", "POST", f"{r}/branches/{self.branch()}/commits", params=params, body=body)
+
+    def op_protection(self, r: str) -> Op:
+        # Patterns matching no branch the generator uses: real lakeFS enforces new rules only
+        # after its settings cache expires, the local server at once.
+        if self.maybe(0.5):
+            return Op("get_protection", "GET", f"{r}/settings/branch_protection")
+        rules = [{"pattern": p} for p in self.rng.sample(["stable_*", "rel-?", "x[0-9]", ""], self.rng.randint(0, 2))]
+        return Op("set_protection", "PUT", f"{r}/settings/branch_protection", body=rules)
 
     def op_create_branch(self, r: str) -> Op:
         name = self.pick([*BRANCHES, TAGS[0], "{C0}", "deadbeef"]) if self.maybe(0.9) else self.pick(INVALID_BRANCHES)
@@ -380,6 +407,8 @@ class Generator:
             params["limit"] = "true"
         if self.maybe(0.1):
             params["stop_at"] = self.commit_sym()
+        if self.maybe(0.15):
+            params["since"] = self.pick(["2000-01-01T00:00:00Z", "2020-09-13T12:30:00Z", "2100-01-01T00:00:00Z"])
         return Op("log", "GET", f"{r}/refs/{self.ref()}/commits", params=params)
 
     def op_list_objects(self, r: str) -> Op:
@@ -480,8 +509,9 @@ def run_seed(seed: int, servers: list[Server], steps: int) -> tuple[Divergence |
             if any(a != first for a in answers.values()):
                 return Divergence(seed, step, op.describe(), answers, history), step + 1
             history.append(f"{op.describe()} -> {first['status']}")
-            generator.observe(op, first["status"])
+            generator.observe(op, first["status"], first["body"])
             generator.commit_count = len(servers[0].symbols.commits)
+            generator.range_count = len(servers[0].symbols.ranges)
         return None, steps
     finally:
         for server in servers:

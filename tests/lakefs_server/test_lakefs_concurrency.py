@@ -8,7 +8,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import lakefs
-from lakefs.exceptions import BadRequestException
+from lakefs.exceptions import BadRequestException, ServerException
 
 
 def publish_rounds(url: str, key: str, secret: str, repo_id: str, worker: str, rounds: int) -> list[str]:
@@ -94,10 +94,18 @@ def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
             except BadRequestException:
                 # Another writer's commit already took this change: nothing left to commit.
                 pass
+            except ServerException as exc:
+                # Real lakeFS may lose a race of its branch update ("predicate failed", 500);
+                # the local server serializes commits and never answers this.
+                assert exc.status_code == 500 and "predicate failed" in str(exc), exc
         return committed
 
     with ThreadPoolExecutor(workers) as pool:
         commits = sum(pool.map(write_and_commit, range(workers)))
+    if list(shared.uncommitted()):
+        # Left by a lost race on real lakeFS: commit what is left.
+        shared.commit("rest")
+        commits += 1
     assert list(shared.uncommitted()) == []
     committed_paths = {o.path for o in lakefs_repo.ref("shared@").objects(prefix="s/")}
     assert committed_paths == {f"s/{w}/{i}" for w in range(workers) for i in range(files)}

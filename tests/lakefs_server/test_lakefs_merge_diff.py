@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import lakefs
 import lakefs_sdk
 import pytest
@@ -139,7 +141,7 @@ def test_merge_conflict_is_409_with_empty_reference(
     with pytest.raises(lakefs_sdk.exceptions.ApiException) as info:
         lakefs_client.sdk_client.refs_api.merge_into_branch(lakefs_repo.id, "feature", "main")
     assert info.value.status == 409
-    assert info.value.body is not None and '"reference": ""' in info.value.body
+    assert info.value.body is not None and json.loads(info.value.body) == {"reference": ""}
     with pytest.raises(ConflictException):
         feature.merge_into(main)
     assert main.get_commit().id == head
@@ -246,7 +248,9 @@ def test_cherry_pick(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
     assert main.object("picked").exists()
     assert not main.object("not-picked").exists()
     # As in lakeFS, picking changes the branch already has adds a commit with an unchanged tree.
-    again = main.cherry_pick(picked.id)
+    # Picked by a ref expression: lakeFS v1.86 alters its cached record of a picked commit, whose
+    # id then no longer resolves until the cache entry expires.
+    again = main.cherry_pick("feature~1")
     assert again.parents == [created.id]
     assert again.meta_range_id == created.meta_range_id
 

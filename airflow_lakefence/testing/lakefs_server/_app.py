@@ -123,7 +123,8 @@ def json_response(status: int, body: Any) -> Response:
     """
     if body is None:
         return Response(status=status)
-    return Response(json.dumps(body), status=status, content_type="application/json")
+    # As Go's json.Encoder writes it: compact, one trailing newline.
+    return Response(json.dumps(body, separators=(",", ":")) + "\n", status=status, content_type="application/json")
 
 
 def _error(exc: errors.ApiError) -> Response:
@@ -502,8 +503,6 @@ class LakeFSApp:
         return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
 
     def op_createRepository(self, request: Request) -> Response:
-        if _bool(request, "bare"):
-            raise errors.not_implemented()
         body = _body(request)
         repo = self.store.create_repository(
             name=_field(body, "name", str, required=True),
@@ -511,14 +510,16 @@ class LakeFSApp:
             default_branch=_field(body, "default_branch", str, default="main"),
             storage_id=_field(body, "storage_id", str, default=""),
             read_only=_field(body, "read_only", bool, default=False),
+            bare=_bool(request, "bare"),
         )
+        # include_samples: lakeFS adds no sample data on a local blockstore either.
         return json_response(201, repo.to_api())
 
     def op_getRepository(self, request: Request, repository: str) -> Response:
         return json_response(200, self.store.get_repository(repository).to_api())
 
     def op_deleteRepository(self, request: Request, repository: str) -> Response:
-        self.store.delete_repository(repository)
+        self.store.delete_repository(repository, _bool(request, "force"))
         return json_response(204, None)
 
     def op_getRepositoryMetadata(self, request: Request, repository: str) -> Response:
@@ -659,9 +660,23 @@ class LakeFSApp:
     # --- commits ------------------------------------------------------------------------
 
     def op_commit(self, request: Request, repository: str, branch: str) -> Response:
-        if request.args.get("source_metarange"):
-            raise errors.not_implemented()
         body = _body(request)
+        date = body.get("date")
+        if isinstance(date, float) or (date is not None and not isinstance(date, int)) or isinstance(date, bool):
+            schema = {
+                "description": "set date to override creation date in the commit (Unix Epoch in seconds)",
+                "format": "int64",
+                "type": "integer",
+            }
+            raise errors.bad_request(
+                "request body has an error: doesn't match schema #/components/schemas/CommitCreation:"
+                ' Error at "/date": value must be an integer\nSchema:\n'
+                + "\n".join("  " + line for line in json.dumps(schema, indent=2, sort_keys=True).splitlines())
+                + f"\n\nValue:\n  {json.dumps(date)}\n"
+            )
+        if date is not None and not -(2**63) <= date < 2**63:
+            # Go's JSON decoder cannot fit it in an int64: lakeFS answers in plain text.
+            return Response("Error unmarshalling body 'Commit' as JSON\n", status=400, content_type="text/plain")
         created = self.store.commit(
             repository,
             branch,
@@ -670,6 +685,7 @@ class LakeFSApp:
             date=_field(body, "date", int),
             allow_empty=_field(body, "allow_empty", bool, default=False),
             force=_field(body, "force", bool, default=False),
+            source_metarange=request.args.get("source_metarange") or None,
         )
         return json_response(201, created.to_api())
 
@@ -681,9 +697,11 @@ class LakeFSApp:
         since = None
         if since_raw:
             try:
-                since = int(datetime.fromisoformat(since_raw).timestamp())
+                parsed = datetime.fromisoformat(since_raw)
             except ValueError as exc:
                 raise errors.bad_request(f"invalid since: {since_raw!r}") from exc
+            # lakeFS compares creation times to the nanosecond: keep the sub-second part.
+            since = int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
         commits, has_more = self.store.log(
             repository,
             ref,
@@ -693,7 +711,7 @@ class LakeFSApp:
             prefixes=request.args.getlist("prefixes"),
             stop_on_limit=_bool(request, "limit"),
             first_parent=_bool(request, "first_parent"),
-            since=since,
+            since_ns=since,
             stop_at=request.args.get("stop_at", ""),
         )
         results = [c.to_api() for c in commits]

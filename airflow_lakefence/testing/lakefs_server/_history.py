@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -48,6 +49,7 @@ class HistoryMixin(StoreBase):
         date: int | None = None,
         allow_empty: bool = False,
         force: bool = False,
+        source_metarange: str | None = None,
     ) -> Commit:
         """Commit a branch's staged changes on top of its current HEAD.
 
@@ -58,6 +60,8 @@ class HistoryMixin(StoreBase):
         :param date: creation date override (Unix seconds).
         :param allow_empty: commit even if nothing changed.
         :param force: allow on a read-only repository.
+        :param source_metarange: commit this tree id instead of the staged changes (the branch
+            must be clean); like lakeFS, the id is not checked.
         :raises ApiError: 400 nothing to commit, 404 missing branch.
         """
         validate_branch_id(branch)
@@ -75,9 +79,14 @@ class HistoryMixin(StoreBase):
             head = tx.commit(repo, tx.require_branch(repo, branch))
             # lakeFS decides "no changes" by the staged changes, not by tree ids: committing
             # nothing onto a repository's first commit (tree id "") is still no change.
-            if not allow_empty and not tx.is_dirty(repo, branch, head.meta_range_id):
-                raise errors.no_changes("commit")
-            tree = tx.apply_changes(head.meta_range_id, tx.staging_iter(repo, branch))
+            if source_metarange is not None:
+                if tx.is_dirty(repo, branch, head.meta_range_id):
+                    raise errors.bad_request("cannot use source MetaRange on a branch with uncommitted changes")
+                tree = source_metarange
+            else:
+                if not allow_empty and not tx.is_dirty(repo, branch, head.meta_range_id):
+                    raise errors.no_changes("commit")
+                tree = tx.apply_changes(head.meta_range_id, tx.staging_iter(repo, branch))
             created = tx.add_commit(
                 repo,
                 parents=[head.id],
@@ -132,7 +141,7 @@ class HistoryMixin(StoreBase):
         prefixes: list[str] | None = None,
         stop_on_limit: bool = False,
         first_parent: bool = False,
-        since: int | None = None,
+        since_ns: int | None = None,
         stop_at: str = "",
     ) -> tuple[list[Commit], bool]:
         """List commits reachable from ``ref``, newest first (``catalog.ListCommits``).
@@ -145,7 +154,7 @@ class HistoryMixin(StoreBase):
         :param prefixes: keep only non-merge commits that changed a path under these prefixes.
         :param stop_on_limit: lakeFS ``limit``: stop after ``limit`` results.
         :param first_parent: follow only first parents.
-        :param since: skip commits older than this (Unix seconds).
+        :param since_ns: skip commits older than this (Unix nanoseconds, as lakeFS compares).
         :param stop_at: stop at this ref (inclusive).
         :raises ApiError: 404 unknown ref.
         """
@@ -154,12 +163,11 @@ class HistoryMixin(StoreBase):
         with self.read() as tx:
             tx.repository(repo)
             with errors.context("ref"):
-                start = tx.resolve_commit(repo, ref)
+                start = tx.commit(repo, tx.dereference_commit_id(repo, ref))
             with errors.context("stop_at"):
-                stop_id = tx.resolve_commit(repo, stop_at).id if stop_at else ""
+                stop_id = tx.dereference_commit_id(repo, stop_at) if stop_at else ""
             with errors.context("from ref"):
-                after_id = tx.resolve_commit(repo, after).id if after else ""
-            since_ns = None if since is None else since * 1_000_000_000
+                after_id = tx.dereference_commit_id(repo, after) if after else ""
             it = self._walk(tx, repo, start, first_parent, since_ns)
             if after_id:
                 for c in it:
@@ -333,7 +341,9 @@ class HistoryMixin(StoreBase):
 
             def make_iter(start: str) -> Iterator[tuple[str, Any]]:
                 for path, committed, staged in tx.uncommitted_iter(repo, branch, head.meta_range_id, start):
-                    yield path, self._diff_item(tx, committed, staged)
+                    kind, entry = self._diff_item(tx, committed, staged)
+                    # An uncommitted removal reports size 0 (lakeFS has only a tombstone).
+                    yield path, (kind, dataclasses.replace(entry, size=0) if kind == "removed" else entry)
 
             start = self._diff_start(prefix, after, delimiter)
             return paginate(make_iter, prefix=prefix, after=after, delimiter=delimiter, limit=limit, start=start)

@@ -42,14 +42,16 @@ class RefsMixin(StoreBase):
         default_branch: str = "main",
         storage_id: str = "",
         read_only: bool = False,
+        bare: bool = False,
     ) -> Repository:
-        """Create a repository with its first commit and default branch.
+        """Create a repository with its first commit and default branch (neither when ``bare``).
 
         :param name: repository id.
         :param storage_namespace: ``local://...`` namespace, never reused.
         :param default_branch: name of the default branch.
         :param storage_id: blockstore id; only the single default ("") exists.
         :param read_only: create a read-only repository.
+        :param bare: create no commit and no branch (for restoring refs), as lakeFS's ``bare``.
         :raises ApiError: 400 on invalid arguments or a used namespace, 409 if it exists.
         """
         validate_repository_id(name)
@@ -77,6 +79,8 @@ class RefsMixin(StoreBase):
                 "INSERT INTO repositories VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, storage_namespace, "", default_branch, now // 1_000_000_000, int(read_only), "{}"),
             )
+            if bare:
+                return tx.repository(name)
             first = tx.add_commit(
                 name,
                 parents=[],
@@ -113,15 +117,16 @@ class RefsMixin(StoreBase):
             repos = [tx.repository(r[0]) for r in rows if r[0].startswith(prefix)][: limit + 1]
         return repos[:limit], len(repos) > limit
 
-    def delete_repository(self, name: str) -> None:
+    def delete_repository(self, name: str, force: bool = False) -> None:
         """Delete a repository and all its refs, commits and staging.
 
         :param name: repository id.
-        :raises ApiError: 404 if it does not exist.
+        :param force: delete even a read-only repository.
+        :raises ApiError: 403 read-only, 404 if it does not exist.
         """
         with self.write() as tx:
-            tx.repository(name)
-            for table in ("branches", "tags", "commits", "staging", "settings"):
+            tx.writable_repository(name, force)
+            for table in ("branches", "tags", "commits", "staging", "sealed", "settings"):
                 tx.conn.execute(f"DELETE FROM {table} WHERE repo = ?", (name,))
             tx.conn.execute("DELETE FROM repositories WHERE id = ?", (name,))
 
@@ -247,6 +252,7 @@ class RefsMixin(StoreBase):
             tx.require_branch(repo, name)
             tx.conn.execute("DELETE FROM branches WHERE repo = ? AND name = ?", (repo, name))
             tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, name))
+            tx.drop_sealed(repo, name)
 
     def reset_branch(self, repo: str, branch: str, kind: str, path: str, force: bool = False) -> None:
         """Discard uncommitted changes: all, one object, or a common prefix.
@@ -270,17 +276,21 @@ class RefsMixin(StoreBase):
                 tx.require_branch(repo, branch)
             if kind == "reset":
                 tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
+                tx.drop_sealed(repo, branch)
             elif kind == "object":
                 tx.conn.execute(
                     "DELETE FROM staging WHERE repo = ? AND branch = ? AND path = ?", (repo, branch, path)
                 )
-            elif path:
-                tx.conn.execute(
-                    "DELETE FROM staging WHERE repo = ? AND branch = ? AND path >= ? AND path < ?",
-                    (repo, branch, path, upper_bound(path)),
-                )
             else:
-                tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
+                # lakeFS's ResetPrefix seals the staging token and writes the resets to a new one.
+                tx.seal(repo, branch)
+                if path:
+                    tx.conn.execute(
+                        "DELETE FROM staging WHERE repo = ? AND branch = ? AND path >= ? AND path < ?",
+                        (repo, branch, path, upper_bound(path)),
+                    )
+                else:
+                    tx.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
 
     def hard_reset(self, repo: str, branch: str, ref: str, force: bool = False) -> None:
         """Point a branch at ``ref`` (dereferenced inside the update). Staged changes stay.
@@ -297,10 +307,16 @@ class RefsMixin(StoreBase):
             tx.repository(repo)
             tx.check_not_protected(repo, branch, "protected branch")
             tx.writable_repository(repo, force)
-            tx.require_branch(repo, branch)
+            head = tx.commit(repo, tx.require_branch(repo, branch))
+            # Only sealed changes count (lakeFS checks its sealed tokens): plain uncommitted
+            # changes stay on the branch across a hard reset.
+            if tx.sealed_dirty(repo, branch, head.meta_range_id):
+                raise errors.dirty_branch(branch)
             with errors.context(f"hard-reset {branch} to {ref}"):
                 target = tx.resolve_commit(repo, ref)
-            tx.set_branch(repo, branch, target.id)
+            tx.conn.execute(
+                "UPDATE branches SET commit_id = ? WHERE repo = ? AND name = ?", (target.id, repo, branch)
+            )
 
     # --- branch protection --------------------------------------------------------------
 

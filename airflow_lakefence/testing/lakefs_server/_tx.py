@@ -117,6 +117,14 @@ CREATE TABLE IF NOT EXISTS staging (
     entry_id TEXT,
     PRIMARY KEY (repo, branch, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sealed (
+    repo TEXT NOT NULL,
+    branch TEXT NOT NULL,
+    path TEXT NOT NULL,
+    identity TEXT,
+    entry_id TEXT,
+    PRIMARY KEY (repo, branch, path)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS settings (
     repo TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -275,6 +283,13 @@ class Tx:
                 return ("commit", None, found)
         raise errors.not_found("not found")
 
+    def dereference_commit_id(self, repo: str, ref: str) -> str:
+        """Resolve to a commit id with the messages of lakeFS's ``catalog.dereferenceCommitID``."""
+        resolved = self.resolve(repo, ref)
+        if resolved.staging_only:
+            raise errors.bad_request("ref: invalid value: validation error: should point to a commit")
+        return resolved.commit_id
+
     def resolve_commit(self, repo: str, ref: str) -> Commit:
         resolved = self.resolve(repo, ref)
         if resolved.staging_only:
@@ -322,9 +337,15 @@ class Tx:
             )
         return new_id
 
-    def apply_changes(self, base: str, changes: Iterable[tuple[str, Val | None]]) -> str:
-        """Return the id of ``base`` with sorted ``(path, entry or None)`` changes applied."""
-        return self.write_tree(list(merge_sorted(self.tree_iter(base), iter(changes), keep_same=True)))
+    def apply_changes(
+        self, base: str, changes: Iterable[tuple[str, Val | None]], keep_same: bool = True
+    ) -> str:
+        """Return the id of ``base`` with sorted ``(path, entry or None)`` changes applied.
+
+        With ``keep_same`` (a commit) a change identical by identity keeps the base's record;
+        without (a merge) the change's record replaces it.
+        """
+        return self.write_tree(list(merge_sorted(self.tree_iter(base), iter(changes), keep_same=keep_same)))
 
     # --- staging ------------------------------------------------------------------------
 
@@ -369,6 +390,35 @@ class Tx:
             committed = self.tree_get(meta_range_id, path)
             if not same(committed, staged):
                 yield (path, committed, staged)
+
+    # lakeFS seals a branch's staging token (keeps it aside, still visible) when it resets a
+    # prefix and while it commits; hard reset refuses a branch whose sealed tokens hold changes.
+    # ``sealed`` keeps a snapshot of the staging rows at sealing; staging stays the branch's view.
+
+    def seal(self, repo: str, branch: str) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sealed SELECT * FROM staging WHERE repo = ? AND branch = ?", (repo, branch)
+        )
+
+    def drop_sealed(self, repo: str, branch: str) -> None:
+        self.conn.execute("DELETE FROM sealed WHERE repo = ? AND branch = ?", (repo, branch))
+
+    def sealed_dirty(self, repo: str, branch: str, meta_range_id: str) -> bool:
+        rows = self.conn.execute(
+            "SELECT path, identity, entry_id FROM sealed WHERE repo = ? AND branch = ?", (repo, branch)
+        ).fetchall()
+        for path, identity, entry_id in rows:
+            sealed = None if entry_id is None else (str(identity), str(entry_id))
+            if not same(self.tree_get(meta_range_id, path), sealed):
+                return True
+        return False
+
+    def set_branch(self, repo: str, branch: str, commit_id: str) -> None:
+        """Point a branch at a commit; a new commit or merge also drops its sealed changes."""
+        self.conn.execute(
+            "UPDATE branches SET commit_id = ? WHERE repo = ? AND name = ?", (commit_id, repo, branch)
+        )
+        self.drop_sealed(repo, branch)
 
     def is_dirty(self, repo: str, branch: str, meta_range_id: str) -> bool:
         return next(self.uncommitted_iter(repo, branch, meta_range_id), None) is not None
@@ -475,11 +525,6 @@ class Tx:
         )
         return self.commit(repo, cid)
 
-    def set_branch(self, repo: str, branch: str, commit_id: str) -> None:
-        self.conn.execute(
-            "UPDATE branches SET commit_id = ? WHERE repo = ? AND name = ?", (commit_id, repo, branch)
-        )
-
     def merge_base(self, repo: str, left: str, right: str) -> Commit:
         """Find the best common ancestor, walking by generation as lakeFS does."""
         from_left, from_right = 1, 2
@@ -522,12 +567,15 @@ class Tx:
         for path, base_entry, source_entry in diff_sorted(self.tree_iter(base), self.tree_iter(source)):
             dest_entry = self.tree_get(dest, path)
             if same(dest_entry, source_entry):
+                # The same change on both sides: lakeFS keeps the source's record (its address).
+                if dest_entry != source_entry:
+                    changes.append((path, source_entry))
                 continue
             if same(dest_entry, base_entry) or strategy == "source-wins":
                 changes.append((path, source_entry))
             elif strategy != "dest-wins":
                 raise errors.conflict("conflict found")
-        return self.apply_changes(dest, changes)
+        return self.apply_changes(dest, changes, keep_same=False)
 
 
 
