@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import enum
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+from airflow_lakefence.exceptions import LakeFSNotFoundError
 
 #: The version of the shipped hook; bumped whenever the rendered action changes.
 HARD_FENCE_VERSION = 1
@@ -304,3 +308,57 @@ def unwind_ref(
     if is_chain_link(metadata, first_parent):
         return (metadata or {}).get(UNWIND_KEY) or None
     raise ValueError(f"commit {commit_id} is neither on top of the input {input_ref} nor a replacement-chain link")
+
+
+# -- checking a commit ------------------------------------------------------------------------
+
+
+class FenceReadPort(Protocol):
+    """The one lakeFS read the fence check needs (the adapter has it)."""
+
+    def read_object(self, repository: str, ref: str, path: str) -> bytes:
+        """Read one object whole (``LakeFSNotFoundError`` when missing)."""
+        ...
+
+
+_COMMIT_ID_RE = re.compile(r"^[0-9a-f]{64}$")
+_CHECKED: dict[str, FenceCheck] = {}
+_CHECKED_LOCK = threading.Lock()
+_CHECKED_MAX = 1024
+
+
+def check_ref(port: FenceReadPort, repository: str, ref: str) -> FenceCheck:
+    """Judge the hard fence on ``ref``: one ``getObject`` call, none for a commit checked before.
+
+    A commit id names its tree (lakeFS commit ids are content hashes over it), so the answer for a
+    commit never changes and is remembered for the process; a branch or tag is read every time.
+    The caller vouches that the repository and ref exist: a 404 reads as "no action file".
+
+    :param port: the lakeFS adapter.
+    :param repository: the repository.
+    :param ref: a commit id (cached) or another ref.
+    :raises LakeFSError: when lakeFS cannot answer.
+    """
+    cacheable = bool(_COMMIT_ID_RE.fullmatch(ref))
+    if cacheable:
+        with _CHECKED_LOCK:
+            known = _CHECKED.get(ref)
+        if known is not None:
+            return known
+    where = f"{ref!r} in {repository!r}"
+    try:
+        check = check_action(port.read_object(repository, ref, ACTION_PATH), where=where)
+    except LakeFSNotFoundError:
+        check = check_action(None, where=where)
+    if cacheable:
+        with _CHECKED_LOCK:
+            if len(_CHECKED) >= _CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED[ref] = check
+    return check
+
+
+def forget_checks() -> None:
+    """Forget the remembered checks (tests counting calls start from a clean slate)."""
+    with _CHECKED_LOCK:
+        _CHECKED.clear()

@@ -30,12 +30,12 @@ from airflow_lakefence.core.hardfence import (
     FenceCheck,
     FenceStatus,
     RejectionKind,
-    check_action,
+    check_ref,
     classify_rejection,
     expected_head_metadata,
     render_action_bytes,
 )
-from airflow_lakefence.exceptions import LakeFenceError, LakeFSNotFoundError, LakeFSPreconditionFailedError
+from airflow_lakefence.exceptions import LakeFenceError, LakeFSPreconditionFailedError
 from airflow_lakefence.lakefs_client import LakeFSClient
 
 __all__ = [
@@ -89,7 +89,7 @@ class ProbeResult:
 
 
 def check_hard_fence(client: LakeFSClient, repository: str, ref: str) -> FenceCheck:
-    """Judge the hard fence on ``ref`` (one lakeFS call).
+    """Judge the hard fence on ``ref`` (one lakeFS call; none for a commit id checked before).
 
     The caller vouches that ``repository`` and ``ref`` exist: a 404 is read as "no action file".
 
@@ -98,12 +98,7 @@ def check_hard_fence(client: LakeFSClient, repository: str, ref: str) -> FenceCh
     :param ref: the commit (or branch) publications build on.
     :raises LakeFSError: when lakeFS cannot answer.
     """
-    where = f"{ref!r} in {repository!r}"
-    try:
-        content = client.read_object(repository, ref, ACTION_PATH)
-    except LakeFSNotFoundError:
-        return check_action(None, where=where)
-    return check_action(content, where=where)
+    return check_ref(client, repository, ref)
 
 
 @contextmanager
