@@ -180,4 +180,5 @@ with _dag("lf_cel_lakefs_restart"):
     for _target in _restart_targets:
         _name = _target.replace("-", "_")
         _resolve = LakeFSResolveRefOperator(task_id=f"resolve_{_name}", repository=_repo, ref=_target)
-        _publish(f"publish_{_name}", _repo, _target, _resolve.output, retries=2, retry_delay=timedelta(seconds=1))
+        # Retries with a short delay: a try that meets the stopped lakeFS fails, a later one publishes.
+        _publish(f"publish_{_name}", _repo, _target, _resolve.output, retries=3, retry_delay=timedelta(seconds=3))
