@@ -10,8 +10,10 @@ replacement, or a retried call of its own publication), with the commits in the 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import urllib.parse
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -96,3 +98,14 @@ def event_extra(
         "decision": decision,
         "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
     }
+
+
+def alias_name(dag_id: str, task_id: str, uris: Iterable[str]) -> str:
+    """The name of the asset alias a fenced task emits its ``lakefs://`` events through.
+
+    :param dag_id: the DAG id.
+    :param task_id: the task id.
+    :param uris: the task's ``lakefs://`` outlet URIs.
+    """
+    digest = hashlib.sha256(repr((dag_id, task_id, sorted(uris))).encode()).hexdigest()
+    return f"lakefence-{task_id}-{digest[:12]}"

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
+from airflow_lakefence.core.abandoned import state_from_task_states
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
 
@@ -37,15 +38,27 @@ def attempt_from_context(context: Any) -> AttemptId:
     return AttemptId(key, int(ti.try_number), str(ti.id))
 
 
-def _state_of(states: Any, key: PublicationKey) -> Any:
-    """Pick this task's state out of ``get_task_states``' ``{run_id: {task_id: state}}`` answer."""
-    by_task = states.get(key.run_id, {}) if isinstance(states, dict) else {}
-    if not isinstance(by_task, dict):
-        return None
-    for name in (key.task_id, f"{key.task_id}_{key.map_index}"):
-        if name in by_task:
-            return by_task[name]
-    return None
+def task_state(ti: Any, key: PublicationKey) -> str | None:
+    """The current state of the task instance of ``key``: the one task-state lookup of the package.
+
+    One ``get_task_states`` call through the Task SDK (``ti`` is a running task's
+    ``RuntimeTaskInstance``, or the class itself outside a task). Airflow names a mapped instance
+    ``<task_id>_<map_index>`` in that answer; :func:`~airflow_lakefence.core.abandoned.state_from_task_states`
+    picks it out.
+
+    :param ti: what answers ``get_task_states`` (a task instance).
+    :param key: the publication key.
+    :return: the normalised state (``"none"`` for a task instance without state), or ``None`` when
+        Airflow has no such task instance.
+    :raises Exception: whatever the Execution API call raises (callers fail closed).
+    """
+    answer = ti.get_task_states(
+        dag_id=key.dag_id,
+        task_ids=[key.task_id],
+        run_ids=[key.run_id],
+        map_index=None if key.map_index < 0 else key.map_index,
+    )
+    return state_from_task_states(answer, key)
 
 
 class AttemptFence:
@@ -86,35 +99,21 @@ class AttemptFence:
             return "on_kill was received"
         if self._token is None:
             return "the attempt fence was never armed"
-        key = self.attempt.key
         try:
             if self._store.get(TOKEN_KEY) != self._token:
                 return f"task instance {self.attempt.ti_id} is no longer live (cleared or retried)"
-            states = self._ti.get_task_states(
-                dag_id=key.dag_id,
-                task_ids=[key.task_id],
-                run_ids=[key.run_id],
-                map_index=None if key.map_index < 0 else key.map_index,
-            )
+            state = task_state(self._ti, self.attempt.key)
         except Exception as exc:
             return f"the attempt's state could not be read ({type(exc).__name__})"
-        state = _state_of(states, key)
-        state = getattr(state, "value", state)
         if state != RUNNING:
             return f"task instance state is {state!r}, not running"
         return None
 
-    def check(self, where: str) -> None:
-        """Raise if this attempt is no longer current.
+    def was_killed(self) -> bool:
+        """Whether ``on_kill`` was received (the adapter sets :attr:`killed`)."""
+        return self.killed.is_set()
 
-        :param where: the protocol point, for the message (e.g. ``before stage``).
-        :raises StaleAttemptError: if stale, after waiting up to the grace period for the kill.
-        """
-        reason = self.stale_reason()
-        if reason is not None:
-            self.fail(where, reason)
-
-    def fail(self, where: str, reason: str) -> None:
+    def fail(self, where: str, reason: str) -> NoReturn:
         """Wait up to the grace period for the supervisor's kill, then raise.
 
         :param where: the protocol point.

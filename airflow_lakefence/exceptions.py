@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "InputRefError",
     "InvalidInputError",
+    "JobError",
     "LakeFSAuthError",
     "LakeFSBadRequestError",
     "LakeFSConflictError",
@@ -47,7 +48,11 @@ class WorkspaceError(LakeFenceError):
     """The workspace directory is missing, unreadable or not what the write mode expects."""
 
 
-class SparkJobError(LakeFenceError):
+class JobError(LakeFenceError):
+    """The attempt's job (a Spark application, a Python function) failed; nothing was staged or published."""
+
+
+class SparkJobError(JobError):
     """The Spark job failed; nothing was staged or published."""
 
 

@@ -21,7 +21,7 @@ import os
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from lakefs_sdk.models.commit import Commit as SdkCommit
 from lakefs_sdk.models.commit_creation import CommitCreation
 from lakefs_sdk.models.merge import Merge
 
+from airflow_lakefence.core.ports import CommitInfo, UploadProgress
 from airflow_lakefence.exceptions import (
     LakeFSAuthError,
     LakeFSBadRequestError,
@@ -107,42 +108,20 @@ def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSErro
     return LakeFSError(f"lakeFS {operation} on {what} failed: {type(exc).__name__}", operation=operation)
 
 
-@dataclass(frozen=True)
-class CommitInfo:
-    """A lakeFS commit as the protocol needs it.
+def commit_from_sdk(commit: SdkCommit) -> CommitInfo:
+    """Build a :class:`CommitInfo` from a ``lakefs_sdk`` commit model.
 
-    :param id: the commit id.
-    :param parents: the parents as lakeFS stores them.
-    :param metadata: the commit metadata.
-    :param version: the commit version (parent order), 1 when lakeFS omits it.
-    :param message: the commit message.
-    :param meta_range_id: the content hash of the commit's tree.
-    :param creation_date: when the commit was created (Unix epoch seconds), ``None`` when unknown.
+    :param commit: the SDK model.
     """
-
-    id: str
-    parents: tuple[str, ...] = ()
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    version: int = 1
-    message: str = ""
-    meta_range_id: str = ""
-    creation_date: int | None = None
-
-    @classmethod
-    def from_sdk(cls, commit: SdkCommit) -> CommitInfo:
-        """Build from a ``lakefs_sdk`` commit model.
-
-        :param commit: the SDK model.
-        """
-        return cls(
-            id=commit.id,
-            parents=tuple(commit.parents),
-            metadata=dict(commit.metadata or {}),
-            version=1 if commit.version is None else int(commit.version),
-            message=commit.message,
-            meta_range_id=commit.meta_range_id,
-            creation_date=None if commit.creation_date is None else int(commit.creation_date),
-        )
+    return CommitInfo(
+        id=commit.id,
+        parents=tuple(commit.parents),
+        metadata=dict(commit.metadata or {}),
+        version=1 if commit.version is None else int(commit.version),
+        message=commit.message,
+        meta_range_id=commit.meta_range_id,
+        creation_date=None if commit.creation_date is None else int(commit.creation_date),
+    )
 
 
 @dataclass(frozen=True)
@@ -301,7 +280,7 @@ class LakeFSClient:
             lambda: self._api.commits_api.get_commit(repository, ref, _request_timeout=self._timeout),
             idempotent=True,
         )
-        return CommitInfo.from_sdk(commit)
+        return commit_from_sdk(commit)
 
     def commit(
         self, repository: str, branch: str, message: str, metadata: Mapping[str, str], *, allow_empty: bool = False
@@ -328,7 +307,7 @@ class LakeFSClient:
             if "no changes" in str(exc).lower():
                 return None
             raise
-        return CommitInfo.from_sdk(commit)
+        return commit_from_sdk(commit)
 
     # -- branches ----------------------------------------------------------------------------
 
@@ -530,12 +509,20 @@ class LakeFSClient:
         # Uploads to a private staging branch overwrite the same path: safe to repeat.
         self._call("upload_object", f"object {path!r} on {branch!r} in {repository!r}", send, idempotent=True)
 
-    def upload_tree(self, repository: str, branch: str, files: Iterable[tuple[str, Path]]) -> int:
+    def upload_tree(
+        self,
+        repository: str,
+        branch: str,
+        files: Iterable[tuple[str, Path]],
+        *,
+        progress: UploadProgress | None = None,
+    ) -> int:
         """Upload many files in parallel; return how many were uploaded.
 
         :param repository: the repository name.
         :param branch: the branch.
         :param files: ``(object path, local file)`` pairs.
+        :param progress: called with ``(done, total)`` after each upload, in this thread.
         :raises LakeFSError: the first failure; remaining uploads are cancelled.
         """
         count = 0
@@ -545,6 +532,8 @@ class LakeFSClient:
                 for future in futures:
                     future.result()
                     count += 1
+                    if progress is not None:
+                        progress(count, len(futures))
             except BaseException:
                 for future in futures:
                     future.cancel()

@@ -20,9 +20,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import decode_metadata
+
+if TYPE_CHECKING:
+    from airflow_lakefence.core.ports import CommitInfo
 
 # lakeFS commit version from which a merge's parents are stored [destination, source]; older
 # (version 0) commits store them reversed.
@@ -54,6 +58,14 @@ class HeadState:
     parents: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
     version: int = PARENT_SWITCH_VERSION
+
+    @classmethod
+    def of(cls, commit: CommitInfo) -> HeadState:
+        """The fence's view of a commit (the one conversion from :class:`~airflow_lakefence.core.ports.CommitInfo`).
+
+        :param commit: the commit, as a lakeFS port returns it.
+        """
+        return cls(commit.id, tuple(commit.parents), dict(commit.metadata), commit.version)
 
     @property
     def first_parent(self) -> str | None:

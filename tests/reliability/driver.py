@@ -59,7 +59,7 @@ def run(spec: dict[str, Any]) -> int:
     from airflow.sdk.bases.operator import ExecutorSafeguard
 
     from airflow_lakefence import failpoints
-    from airflow_lakefence.operators import fenced_spark
+    from airflow_lakefence.core import engine as fenced_engine
     from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
     from tests.reliability.registry import AttemptRegistry, StandInTaskInstance, StandInTaskStateStore
 
@@ -98,7 +98,7 @@ def run(spec: dict[str, Any]) -> int:
     for point in failpoints.POINTS:
         failpoints.arm(point, at_point(point))
 
-    original_decide = fenced_spark.decide_publish
+    original_decide = fenced_engine.decide_publish
 
     def recording_decide(head: Any, input_ref: str, attempt: Any, changed: bool, staged: str) -> Any:
         decision = original_decide(head, input_ref, attempt, changed, staged)
@@ -114,7 +114,7 @@ def run(spec: dict[str, Any]) -> int:
         )
         return decision
 
-    fenced_spark.decide_publish = recording_decide  # observed, not changed
+    fenced_engine.decide_publish = recording_decide  # observed, not changed
 
     kwargs = dict(spec["operator"])
     job = json.dumps(spec.get("job", {}))

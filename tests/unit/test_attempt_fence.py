@@ -6,13 +6,12 @@ back as the default), get_task_states answering {run_id: {task_id: state}}.
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import pytest
 
-from airflow_lakefence.attempt import TOKEN_KEY, AttemptFence, attempt_from_context
+from airflow_lakefence.attempt import TOKEN_KEY, AttemptFence, attempt_from_context, task_state
+from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
 
 
@@ -71,7 +70,7 @@ def make_fence(server: FakeServer, grace: float = 0.0) -> AttemptFence:
 def test_current_attempt_passes_with_two_calls(server: FakeServer) -> None:
     fence = make_fence(server)
     server.calls = 0
-    fence.check("before stage")
+    assert fence.stale_reason() is None
     assert server.calls == 2
     assert server.values[("ti-1", TOKEN_KEY)]
 
@@ -89,7 +88,7 @@ def test_attempt_identity() -> None:
         (lambda s: setattr(s, "state", "failed"), "'failed'"),
         (lambda s: setattr(s, "state", "success"), "'success'"),
         (lambda s: setattr(s, "state", "up_for_retry"), "'up_for_retry'"),
-        (lambda s: setattr(s, "state", None), "None"),
+        (lambda s: setattr(s, "state", None), "'none'"),
         (lambda s: setattr(s, "fail", ConnectionError("api down")), "could not be read"),
         (lambda s: s.values.clear(), "no longer live"),
     ],
@@ -97,8 +96,10 @@ def test_attempt_identity() -> None:
 def test_stale_reasons(server: FakeServer, change: Any, reason: str) -> None:
     fence = make_fence(server)
     change(server)
+    stale = fence.stale_reason()
+    assert stale is not None and reason in stale
     with pytest.raises(StaleAttemptError, match="before publish") as info:
-        fence.check("before publish")
+        fence.fail("before publish", stale)
     assert reason in str(info.value)
 
 
@@ -121,20 +122,65 @@ def test_unarmed_or_unavailable_store_fails_closed(server: FakeServer) -> None:
         AttemptFence({"ti": ti, "task_state_store": FakeStore(server, ti.id)}, grace_period=0).arm()
 
 
-def test_staleness_waits_for_the_kill_but_no_longer(server: FakeServer) -> None:
-    fence = make_fence(server, grace=5.0)
-    server.state = "failed"
-    threading.Timer(0.2, fence.killed.set).start()
-    started = time.monotonic()
-    with pytest.raises(StaleAttemptError):
-        fence.check("before stage")
-    assert 0.1 < time.monotonic() - started < 4.0  # woken by the kill, not the full grace period
+class RecordingEvent:
+    """Stands in for the kill event: records how long ``fail`` was willing to wait."""
+
+    def __init__(self, killed: bool = False) -> None:
+        self.waits: list[float] = []
+        self._killed = killed
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self._killed
+
+    def is_set(self) -> bool:
+        return self._killed
+
+    def set(self) -> None:
+        self._killed = True
 
 
-def test_staleness_raises_after_the_grace_period(server: FakeServer) -> None:
-    fence = make_fence(server, grace=0.3)
-    server.state = "failed"
-    started = time.monotonic()
+@pytest.mark.parametrize("grace", [0.0, 2.5, 15.0])
+def test_fail_waits_for_the_kill_at_most_the_grace_period(server: FakeServer, grace: float) -> None:
+    fence = make_fence(server, grace=grace)
+    fence.killed = RecordingEvent()  # type: ignore[assignment]
+    with pytest.raises(StaleAttemptError, match="before stage: state"):
+        fence.fail("before stage", "state")
+    assert fence.killed.waits == [grace]  # type: ignore[attr-defined]
+
+
+def test_negative_grace_period_waits_not_at_all(server: FakeServer) -> None:
+    fence = make_fence(server, grace=-1)
+    fence.killed = RecordingEvent(killed=True)  # type: ignore[assignment]
+    assert fence.was_killed()
     with pytest.raises(StaleAttemptError):
-        fence.check("before stage")
-    assert time.monotonic() - started >= 0.3
+        fence.fail("before stage", "on_kill was received")
+    assert fence.killed.waits == [0.0]  # type: ignore[attr-defined]
+
+
+class StatesTI:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked: Any = None
+
+    def get_task_states(self, **kwargs: Any) -> Any:
+        self.asked = kwargs
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "key", "expected", "map_index"),
+    [
+        ({"r": {"t": "running"}}, PublicationKey("d", "r", "t"), "running", None),
+        ({"r": {"t_3": "failed"}}, PublicationKey("d", "r", "t", 3), "failed", 3),
+        ({"r": {"t": "running"}}, PublicationKey("d", "r", "t", 3), None, 3),
+        ({"r": {"t": None}}, PublicationKey("d", "r", "t"), "none", None),
+        ({}, PublicationKey("d", "r", "t"), None, None),
+    ],
+)
+def test_task_state_is_one_call_and_names_mapped_instances(
+    answer: Any, key: PublicationKey, expected: str | None, map_index: int | None
+) -> None:
+    ti = StatesTI(answer)
+    assert task_state(ti, key) == expected
+    assert ti.asked == {"dag_id": "d", "task_ids": ["t"], "run_ids": ["r"], "map_index": map_index}

@@ -1,0 +1,729 @@
+"""The fenced publish protocol (docs/protocol.md, steps 1 to 12) as one flow.
+
+:class:`PublishEngine` runs one attempt: validate, arm the attempt fence, create the staging branch
+from the input, run the job (a callback the adapter passes in: a Spark application, a Python
+function...), stage, publish through the decision table of :mod:`airflow_lakefence.core.fence`,
+verify and report. It talks to lakeFS through :class:`~airflow_lakefence.core.ports.LakeFSPort`
+and to the scheduler through :class:`~airflow_lakefence.core.ports.AttemptFencePort`; it imports
+neither Airflow nor lakeFS.
+
+A lakeFS write whose answer is lost is never repeated blindly: :meth:`PublishEngine._settle` is the
+one place that re-reads the state and decides again (staging branch creation, staging commit,
+publish).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
+from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.metadata import (
+    ROLE_PUBLISH,
+    ROLE_STAGE,
+    LakefenceRecord,
+    check_user_metadata,
+    decode_metadata,
+    encode_metadata,
+)
+from airflow_lakefence.core.naming import (
+    is_valid_branch_name,
+    staging_branch_name,
+    staging_branch_prefix,
+    validate_staging_prefix,
+)
+from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
+from airflow_lakefence.exceptions import (
+    InputRefError,
+    InvalidInputError,
+    JobError,
+    LakeFenceError,
+    LakeFSBadRequestError,
+    LakeFSConflictError,
+    LakeFSNotFoundError,
+    LakeFSUnavailableError,
+    OutputPrefixError,
+    PublishBudgetError,
+    PublishFenceError,
+    PublishRaceError,
+    StaleAttemptError,
+    WorkspaceError,
+)
+
+T = TypeVar("T")
+
+WRITE_MODES = ("direct", "workspace")
+DECISION_READ_ONLY = "read_only"
+#: A write whose answer was lost is re-evaluated once against fresh state, never repeated blindly.
+PUBLISH_ROUNDS = 2
+
+_REPOSITORY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+_REF_RE = re.compile(r"^[^\s\x00-\x1f]{1,1024}$")
+_PROGRESS_STEPS = 10
+
+
+def seconds(value: timedelta | float | None, name: str) -> float | None:
+    """A duration in seconds.
+
+    :param value: a ``timedelta``, a number of seconds or ``None``.
+    :param name: the argument's name, for the message.
+    :raises InvalidInputError: if it is negative.
+    """
+    if value is None:
+        return None
+    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if result < 0:
+        raise InvalidInputError(f"{name} must not be negative, got {result}")
+    return result
+
+
+def normalise_prefixes(prefixes: Sequence[str] | None) -> tuple[str, ...]:
+    """Output prefixes as ``("a/b/", ...)``.
+
+    :param prefixes: the declared prefixes, ``None`` for none.
+    :raises InvalidInputError: for a string instead of a list, or an empty prefix.
+    """
+    if prefixes is None:
+        return ()
+    if isinstance(prefixes, str):
+        raise InvalidInputError("output_prefixes must be a list of path prefixes, not a string")
+    result = []
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not prefix.strip("/"):
+            raise InvalidInputError(f"output prefix {prefix!r} must be a non-empty path")
+        result.append(prefix.strip("/") + "/")
+    return tuple(result)
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    """What one attempt is asked to do (the adapter's rendered arguments).
+
+    :param repository: the lakeFS repository.
+    :param target_branch: the branch to publish into.
+    :param input_ref: the commit (or branch, tag) the job reads and builds on.
+    :param write_mode: ``workspace`` (a local directory the engine uploads) or ``direct`` (the job
+        writes into the staging branch itself).
+    :param read_only: run the job against the input and write nothing.
+    :param output_prefixes: if non-empty, every changed path must lie under one of them.
+    :param commit_message: the staging and merge commit message; a default names the attempt.
+    :param commit_metadata: extra commit metadata (``lakefence.*`` keys are reserved).
+    :param staging_prefix: the first part of staging branch names.
+    :param workspace_dir: the parent of the per-attempt workspace; a temporary directory if ``None``.
+    :param workspace_check: called with the workspace after the job; raising rejects the output.
+    :param allow_empty_workspace: accept a job that wrote no file.
+    :param publish_budget: seconds the publish needs; refused when less remains before ``deadline``.
+    :param deadline: the ``time.monotonic()`` at which the task will be killed, if any.
+    """
+
+    repository: str
+    target_branch: str
+    input_ref: str
+    write_mode: str = "workspace"
+    read_only: bool = False
+    output_prefixes: Sequence[str] | None = None
+    commit_message: str | None = None
+    commit_metadata: Mapping[str, str] | None = None
+    staging_prefix: str = "lakefence"
+    workspace_dir: str | None = None
+    workspace_check: Callable[[Path], None] | None = None
+    allow_empty_workspace: bool = False
+    publish_budget: float | None = None
+    deadline: float | None = None
+
+    def validated(self) -> PublishRequest:
+        """Step 1: check every value before any write; return the request with normalised prefixes.
+
+        :raises InvalidInputError: (or :class:`InputRefError`) naming the bad value.
+        """
+        if not isinstance(self.repository, str) or not _REPOSITORY_RE.fullmatch(self.repository):
+            raise InvalidInputError(f"repository {self.repository!r} is not a valid lakeFS repository name")
+        if not isinstance(self.target_branch, str) or not is_valid_branch_name(self.target_branch):
+            raise InvalidInputError(f"target_branch {self.target_branch!r} is not a valid lakeFS branch name")
+        if not isinstance(self.input_ref, str) or not _REF_RE.fullmatch(self.input_ref):
+            raise InputRefError(f"input_ref {self.input_ref!r} is not a ref (a commit id, branch or tag)")
+        if self.write_mode not in WRITE_MODES:
+            raise InvalidInputError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
+        try:
+            metadata = check_user_metadata(self.commit_metadata)
+            validate_staging_prefix(self.staging_prefix)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        return dataclasses.replace(
+            self, output_prefixes=normalise_prefixes(self.output_prefixes), commit_metadata=metadata
+        )
+
+
+@dataclass(frozen=True)
+class AttemptLocations:
+    """Where the attempt's job reads and writes.
+
+    :param repository: the lakeFS repository.
+    :param target_branch: the branch the output will be published into (never written by the job).
+    :param input_commit: the resolved input commit id: read this, never a branch.
+    :param staging_branch: the attempt's private branch (``direct`` mode writes here); ``None``
+        when read-only.
+    :param workspace: the attempt's fresh local directory (``workspace`` mode), else ``None``.
+    :param write_mode: ``workspace``, ``direct`` or ``read_only``.
+    """
+
+    repository: str
+    target_branch: str
+    input_commit: str
+    staging_branch: str | None
+    workspace: Path | None
+    write_mode: str
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The outcome of one attempt (what the adapter reports).
+
+    :param output_ref: the commit the task reports (published, or the input when nothing was).
+    :param decision: the fence's action (``merge``, ``noop``, ``replace``...) or ``read_only``.
+    :param input_ref: the resolved input commit.
+    :param staged_commit: the staged commit, ``None`` when read-only.
+    :param staging_branch: the attempt's staging branch, ``None`` when read-only.
+    :param reason: the fence's explanation.
+    :param target_head: the target's HEAD when the attempt started.
+    :param files: files uploaded from the workspace.
+    :param bytes: bytes uploaded from the workspace.
+    """
+
+    output_ref: str
+    decision: str
+    input_ref: str
+    staged_commit: str | None
+    staging_branch: str | None
+    reason: str = ""
+    target_head: str | None = None
+    files: int = 0
+    bytes: int = 0
+
+    def summary(self) -> str:
+        """One log line saying what the attempt did."""
+        uploaded = f"; {self.files} files, {self.bytes} bytes uploaded" if self.files else ""
+        return (
+            f"lakefence {self.decision}: output ref {self.output_ref} (input {self.input_ref}, staged commit "
+            f"{self.staged_commit}, staging branch {self.staging_branch}){uploaded}"
+        )
+
+
+Job = Callable[[AttemptLocations], None]
+
+
+class Log(Protocol):
+    """Where the engine logs (a ``logging.Logger``, Airflow's task logger...)."""
+
+    def info(self, msg: str, /, *args: Any) -> Any:
+        """Log at INFO."""
+        ...
+
+    def warning(self, msg: str, /, *args: Any) -> Any:
+        """Log at WARNING."""
+        ...
+
+
+@dataclass
+class _Workspace:
+    files: list[tuple[str, Path]] = field(default_factory=list)
+    size: int = 0
+
+
+class PublishEngine:
+    """One fenced publish attempt.
+
+    :param lakefs: the lakeFS port.
+    :param fence: the attempt fence port.
+    :param request: what to do.
+    :param log: where to log; a module logger when ``None``.
+    :param job_name: how messages name the job (e.g. ``Spark job``).
+    :param job_error: the exception class a failed job is reported as.
+    :param clock: the monotonic clock (the budget check compares it with ``request.deadline``).
+    :raises InvalidInputError: if the request is invalid.
+    """
+
+    def __init__(
+        self,
+        lakefs: LakeFSPort,
+        fence: AttemptFencePort,
+        request: PublishRequest,
+        *,
+        log: Log | None = None,
+        job_name: str = "job",
+        job_error: type[JobError] = JobError,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lakefs = lakefs
+        self.fence = fence
+        self.request = request.validated()
+        self.prefixes = tuple(self.request.output_prefixes or ())
+        self.log: Log = log or logging.getLogger(__name__)
+        self.job_name = job_name
+        self.job_error = job_error
+        self.clock = clock
+        self._deleted: set[str] = set()
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def run(
+        self,
+        job: Job,
+        *,
+        on_staging: Callable[[str], None] | None = None,
+        report: Callable[[PublishResult], None] | None = None,
+    ) -> PublishResult:
+        """Run the attempt (steps 1 to 12).
+
+        :param job: the job, given the attempt's locations; it writes the workspace or the staging branch.
+        :param on_staging: told the staging branch's name as soon as it exists.
+        :param report: step 12, called after the last fence check and before the staging branch is
+            deleted (the adapter pushes XCom and emits events here).
+        :return: the outcome.
+        :raises LakeFenceError: a subclass naming the failure; nothing half-published.
+        """
+        req = self.request
+        if req.read_only:
+            return self._run_read_only(job, report)
+        client, repo, fence = self.lakefs, req.repository, self.fence
+        target_head = self._target_head()  # step 1: repository and target exist
+        fence.arm()  # step 2
+        attempt = fence.attempt
+        staging = staging_branch_name(attempt, req.staging_prefix)
+        input_commit = self._create_staging(staging)  # step 3
+        if on_staging is not None:
+            on_staging(staging)
+        keep_staging = False
+        try:
+            early = decide_publish(target_head, input_commit, attempt, True, input_commit)
+            if early.action is Action.FAIL_CLOSED:
+                raise PublishFenceError(f"before the job: {early.reason}")
+            self._remove_earlier_staging(attempt, staging)
+            failpoints.hit("after_staging_branch")
+            self.log.info(
+                "lakefence attempt: try %d of %s; input %s = commit %s; staging branch %s; target %s at %s",
+                attempt.try_number,
+                attempt.key,
+                req.input_ref,
+                input_commit,
+                staging,
+                req.target_branch,
+                target_head.commit_id,
+            )
+            workspace = _Workspace()
+            with self._workspace_dir(staging) as directory:  # step 4
+                locations = AttemptLocations(repo, req.target_branch, input_commit, staging, directory, req.write_mode)
+                with self._stale_first(f"after the {self.job_name} failed", staging):
+                    self._run_job(job, locations)
+                failpoints.hit("after_job")
+                if directory is not None:
+                    workspace = self._collect_workspace(directory)  # step 5
+                self._check_fence("before stage", staging)  # step 6
+                failpoints.hit("after_fence_1")
+                if directory is not None:
+                    with self._stale_first("while uploading", staging):
+                        self._upload(staging, workspace)
+                elif self.prefixes:
+                    with self._stale_first("while checking the output", staging):
+                        outside = client.paths_outside(repo, staging, self.prefixes)
+                    if outside:
+                        keep_staging = True
+                        raise OutputPrefixError(
+                            f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside}",
+                            staging_branch=staging,
+                        )
+            with self._stale_first("while staging", staging):
+                staged = self._stage(attempt, staging, input_commit)  # step 7
+            failpoints.hit("after_stage")
+            self._check_fence("before publish", staging)  # step 8
+            failpoints.hit("after_fence_2")
+            self._check_budget()  # step 9
+            try:
+                decision, output_ref = self._publish(attempt, staging, input_commit, staged)  # steps 10, 11
+            except PublishFenceError:
+                keep_staging = True
+                raise
+            failpoints.hit("after_verify")
+            # A try cleared after publishing must not overwrite the new try's XCom: its publication
+            # is an abandoned one, which the new try replaces.
+            self._check_fence("before reporting", staging)
+            result = PublishResult(
+                output_ref=output_ref,
+                decision=decision.action.value,
+                input_ref=input_commit,
+                staged_commit=staged.id,
+                staging_branch=staging,
+                reason=decision.reason,
+                target_head=target_head.commit_id,
+                files=len(workspace.files),
+                bytes=workspace.size,
+            )
+            if report is not None:
+                report(result)  # step 12
+            failpoints.hit("after_xcom")
+            return result
+        except PublishFenceError as exc:
+            if keep_staging:
+                self._mark_evidence(attempt, staging, input_commit, exc)
+            raise
+        finally:
+            if not keep_staging:
+                self._delete_quietly(staging)
+
+    def _run_read_only(self, job: Job, report: Callable[[PublishResult], None] | None) -> PublishResult:
+        req = self.request
+        input_commit = self._resolve_input()
+        with self._workspace_dir(None) as directory:
+            self._run_job(
+                job, AttemptLocations(req.repository, req.target_branch, input_commit, None, directory, "read_only")
+            )
+        result = PublishResult(input_commit, DECISION_READ_ONLY, input_commit, None, None, "read-only attempt")
+        if report is not None:
+            report(result)
+        return result
+
+    # -- lost answers --------------------------------------------------------------------------
+
+    def _settle(
+        self,
+        operation: str,
+        write: Callable[[bool], T],
+        reread: Callable[[LakeFSUnavailableError], T | None],
+    ) -> T:
+        """Do a lakeFS write whose answer may be lost, deciding from fresh state instead of repeating it.
+
+        :param operation: names the write in logs and errors.
+        :param write: does the write (given whether an earlier round's answer was lost) and returns
+            its outcome; it may read and decide again first.
+        :param reread: after a lost answer, the outcome if the state proves the write landed, else
+            ``None`` to run another round; it may raise when the state rules out both.
+        :raises LakeFSUnavailableError: when no round's outcome could be confirmed.
+        """
+        last: LakeFSUnavailableError | None = None
+        for _ in range(PUBLISH_ROUNDS):
+            try:
+                return write(last is not None)
+            except LakeFSUnavailableError as exc:
+                last = exc
+                self.log.warning("lakeFS %s: outcome unknown (%s); re-reading the state", operation, exc)
+                landed = reread(exc)
+                if landed is not None:
+                    return landed
+        assert last is not None
+        raise LakeFSUnavailableError(
+            f"lakeFS {operation} could not be confirmed: {last}",
+            status=last.status,
+            operation=last.operation or operation,
+        ) from last
+
+    # -- steps 1 and 3 ---------------------------------------------------------------------------
+
+    def _resolve_input(self) -> str:
+        req = self.request
+        try:
+            return self.lakefs.get_commit(req.repository, req.input_ref).id
+        except LakeFSNotFoundError as exc:
+            raise InputRefError(f"input_ref {req.input_ref!r} not found in repository {req.repository!r}") from exc
+
+    def _target_head(self) -> HeadState:
+        req = self.request
+        try:
+            return HeadState.of(self.lakefs.get_commit(req.repository, req.target_branch))
+        except LakeFSNotFoundError as exc:
+            raise InvalidInputError(
+                f"target branch {req.target_branch!r} or repository {req.repository!r} not found"
+            ) from exc
+
+    def _create_staging(self, staging: str) -> str:
+        """Create the staging branch from the input ref (this resolves it); return its commit.
+
+        The branch name is unique to the attempt, so the branch itself tells whether a creation
+        whose answer was lost landed, and from which commit.
+        """
+        client, req = self.lakefs, self.request
+
+        def create(answer_lost: bool) -> str:
+            try:
+                return client.create_branch(req.repository, staging, req.input_ref, hidden=True)
+            except LakeFSNotFoundError as exc:
+                raise InputRefError(f"input_ref {req.input_ref!r} not found in repository {req.repository!r}") from exc
+            except LakeFSConflictError:
+                if not answer_lost:
+                    raise
+                return client.get_commit(req.repository, staging).id
+
+        def landed(_exc: LakeFSUnavailableError) -> str | None:
+            try:
+                return client.get_commit(req.repository, staging).id
+            except LakeFSNotFoundError:
+                return None
+
+        try:
+            return self._settle("create_branch", create, landed)
+        except LakeFSUnavailableError:
+            self._delete_quietly(staging)  # in case a creation lands late
+            raise
+
+    def _remove_earlier_staging(self, attempt: AttemptId, staging: str) -> None:
+        # Try numbers only grow, so a first try has no predecessor to clean up: skip the listing.
+        if attempt.try_number <= 1:
+            return
+        client, repo = self.lakefs, self.request.repository
+        prefix = staging_branch_prefix(attempt.key, self.request.staging_prefix)
+        for name, _commit in client.list_branches(repo, prefix, show_hidden=True):
+            if name == staging:
+                continue
+            # Leftovers exist only after a crash or a fail-closed try: one read spares the evidence.
+            if evidence_of(client.get_commit(repo, name).metadata):
+                self.log.info("Keeping staging branch %s of an earlier try: evidence of a fence violation", name)
+                continue
+            client.delete_branch(repo, name)
+            self.log.info("Removed staging branch %s of an earlier try", name)
+
+    # -- steps 4 and 5: the job and its workspace -------------------------------------------------
+
+    def _run_job(self, job: Job, locations: AttemptLocations) -> None:
+        try:
+            job(locations)
+        except LakeFenceError:
+            raise
+        except Exception as exc:
+            if self.fence.was_killed():
+                raise StaleAttemptError(f"the {self.job_name} was killed (on_kill): nothing is staged") from exc
+            raise self.job_error(f"{self.job_name[:1].upper()}{self.job_name[1:]} failed: {exc}") from exc
+
+    @contextmanager
+    def _workspace_dir(self, staging: str | None) -> Iterator[Path | None]:
+        if self.request.write_mode != "workspace":
+            yield None
+            return
+        parent = self.request.workspace_dir
+        if parent:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        # One directory per attempt, so no earlier try's files can leak into this one.
+        path = Path(tempfile.mkdtemp(prefix=f"{staging or 'read-only'}-", dir=parent or None))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _collect_workspace(self, directory: Path) -> _Workspace:
+        req = self.request
+        if req.workspace_check is not None:
+            try:
+                req.workspace_check(directory)
+            except Exception as exc:
+                raise WorkspaceError(f"workspace check rejected the output: {exc}") from exc
+        files = sorted(
+            (path.relative_to(directory).as_posix(), path) for path in directory.rglob("*") if path.is_file()
+        )
+        if not files and not req.allow_empty_workspace:
+            raise WorkspaceError(
+                "the job wrote no file into the workspace (set allow_empty_workspace=True to accept that)"
+            )
+        outside = [name for name, _ in files if self.prefixes and not name.startswith(self.prefixes)]
+        if outside:
+            raise OutputPrefixError(
+                f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside[:10]}; nothing uploaded"
+            )
+        return _Workspace(files, sum(path.stat().st_size for _, path in files))
+
+    def _upload(self, staging: str, workspace: _Workspace) -> None:
+        files = workspace.files
+        if not files:
+            return
+        total, step = len(files), max(1, len(files) // _PROGRESS_STEPS)
+        started = self.clock()
+
+        def progress(offset: int) -> Callable[[int, int], None]:
+            def tell(done: int, _part: int) -> None:
+                if (offset + done) % step == 0 and offset + done < total:
+                    self.log.info("Uploading into %s: %d of %d files", staging, offset + done, total)
+
+            return tell
+
+        half = total // 2
+        repo = self.request.repository
+        count = self.lakefs.upload_tree(repo, staging, files[:half], progress=progress(0))
+        failpoints.hit("mid_upload")
+        count += self.lakefs.upload_tree(repo, staging, files[half:], progress=progress(half))
+        self.log.info(
+            "Uploaded %d files (%d bytes) into staging branch %s in %.1fs",
+            count,
+            workspace.size,
+            staging,
+            self.clock() - started,
+        )
+
+    # -- steps 6 and 8: the attempt fence ---------------------------------------------------------
+
+    @contextmanager
+    def _stale_first(self, where: str, staging: str) -> Iterator[None]:
+        """Report a failure on the staging branch as staleness when the attempt is stale.
+
+        A newer try deletes the staging branches of earlier tries, so a stale attempt's job, upload
+        or commit fails on its vanished branch: that is a StaleAttemptError, not a lakeFS error.
+        """
+        try:
+            yield
+        except (JobError, LakeFSNotFoundError):
+            self._check_fence(where, staging)
+            raise
+
+    def _check_fence(self, where: str, staging: str) -> None:
+        reason = self.fence.stale_reason()
+        if reason is None:
+            return
+        # A stale attempt's own staging branch is worthless: drop it before waiting for the kill.
+        self._delete_quietly(staging)
+        self.fence.fail(where, reason)
+
+    def _check_budget(self) -> None:
+        req = self.request
+        if req.publish_budget is None or req.deadline is None:
+            return
+        remaining = req.deadline - self.clock()
+        if remaining < req.publish_budget:
+            raise PublishBudgetError(
+                f"{remaining:.1f}s of execution_timeout remain, less than publish_budget "
+                f"{req.publish_budget:.1f}s: not publishing"
+            )
+
+    # -- step 7: stage ----------------------------------------------------------------------------
+
+    def _message(self, role: str, attempt: AttemptId) -> str:
+        return self.request.commit_message or f"lakefence: {role} {attempt.key.task_id} try {attempt.try_number}"
+
+    def _stage(self, attempt: AttemptId, staging: str, input_commit: str) -> CommitInfo:
+        client, repo = self.lakefs, self.request.repository
+        record = LakefenceRecord(attempt, ROLE_STAGE, input_commit)
+        metadata = {**(self.request.commit_metadata or {}), **encode_metadata(record)}
+
+        def commit(_answer_lost: bool) -> CommitInfo:
+            staged = client.commit(repo, staging, self._message(ROLE_STAGE, attempt), metadata)
+            return staged if staged is not None else CommitInfo(id=input_commit)  # nothing changed: C = I
+
+        def landed(exc: LakeFSUnavailableError) -> CommitInfo | None:
+            head = client.get_commit(repo, staging)
+            if decode_metadata(head.metadata) == record:
+                return head
+            if head.id != input_commit:
+                raise exc
+            return None
+
+        return self._settle("commit", commit, landed)
+
+    # -- steps 10 and 11: publish fence, act, verify ----------------------------------------------
+
+    def _publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo
+    ) -> tuple[FenceDecision, str]:
+        changed = staged.id != input_commit
+        metadata = {
+            **(self.request.commit_metadata or {}),
+            **encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
+        }
+
+        def publish_round(_answer_lost: bool) -> tuple[FenceDecision, str]:
+            # Every round reads the target afresh: a write that landed although its answer was lost
+            # shows up as this attempt's own publication (the idempotent row).
+            head = self._target_head()
+            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+            failpoints.hit("after_publish_read")
+            self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
+            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata)
+
+        return self._settle("publish", publish_round, lambda _exc: None)
+
+    def _act(
+        self,
+        decision: FenceDecision,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+    ) -> str:
+        client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        if decision.action is Action.FAIL_CLOSED:
+            raise PublishFenceError(decision.reason, staging_branch=staging)
+        if decision.action is Action.MERGE:
+            try:
+                merge_ref = client.merge(repo, staged, target, self._message(ROLE_PUBLISH, attempt), metadata)
+            except LakeFSConflictError as exc:
+                raise PublishRaceError(
+                    f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
+                ) from exc
+            except LakeFSBadRequestError as exc:
+                if "dirty" not in str(exc).lower():
+                    raise
+                raise PublishRaceError(
+                    f"{target!r} has uncommitted changes: another writer is active on it; nothing merged",
+                    staging_branch=staging,
+                ) from exc
+            failpoints.hit("after_publish_action")
+            merged = client.get_commit(repo, merge_ref)
+            if merged.parents[:1] != (input_commit,):
+                raise PublishRaceError(
+                    f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not the input "
+                    f"{input_commit}: another writer raced the publish; {target!r} left as is",
+                    staging_branch=staging,
+                )
+            return merge_ref
+        if decision.action in (Action.REPLACE, Action.RELOCATE):
+            assert decision.output_ref is not None
+            client.hard_reset(repo, target, decision.output_ref)
+            failpoints.hit("after_publish_action")
+            now = HeadState.of(client.get_commit(repo, target))
+            # A commit whose first parent is what was set came after the reset: not a race.
+            if decision.output_ref not in (now.commit_id, now.first_parent):
+                raise PublishRaceError(
+                    f"after resetting {target!r} to {decision.output_ref} its HEAD is {now.commit_id}: another "
+                    "writer raced the publish; left as is",
+                    staging_branch=staging,
+                )
+            return decision.output_ref
+        if decision.action is Action.IDEMPOTENT:
+            # A previous round's write landed although its answer was lost.
+            assert decision.output_ref is not None
+            return decision.output_ref
+        return input_commit  # NOOP
+
+    # -- evidence and clean-up --------------------------------------------------------------------
+
+    def _mark_evidence(self, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError) -> None:
+        # A marker commit on the kept branch tells retries and the cleaner it is evidence, not a
+        # crash leftover; it names the error class only (a message could quote anything).
+        metadata = evidence_metadata(attempt, input_commit, type(exc).__name__)
+        try:
+            self.lakefs.commit(
+                self.request.repository,
+                staging,
+                f"lakefence: evidence of {type(exc).__name__}",
+                metadata,
+                allow_empty=True,
+            )
+        except LakeFenceError as err:
+            self.log.warning("Could not mark staging branch %s as evidence: %s", staging, err)
+
+    def _delete_quietly(self, staging: str) -> None:
+        if staging in self._deleted:
+            return
+        self._deleted.add(staging)
+        try:
+            self.lakefs.delete_branch(self.request.repository, staging)
+        except LakeFenceError as exc:
+            self.log.warning("Could not delete staging branch %s: %s (the cleaner will)", staging, exc)

@@ -1,0 +1,122 @@
+"""The two small interfaces the publish engine runs over, and the commit value they exchange.
+
+* :class:`LakeFSPort`: the lakeFS calls the protocol makes. :class:`airflow_lakefence.lakefs_client.LakeFSClient`
+  implements it over the ``lakefs`` SDK; tests implement it in memory. Implementations raise the
+  package's :class:`~airflow_lakefence.exceptions.LakeFSError` subclasses, and
+  :class:`~airflow_lakefence.exceptions.LakeFSUnavailableError` when a write's outcome is unknown.
+* :class:`AttemptFencePort`: "is this process still the current try?". The Airflow adapter is
+  :class:`airflow_lakefence.attempt.AttemptFence`.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn, Protocol
+
+from airflow_lakefence.core.keys import AttemptId
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A lakeFS commit as the protocol needs it.
+
+    :param id: the commit id.
+    :param parents: the parents as lakeFS stores them.
+    :param metadata: the commit metadata.
+    :param version: the commit version (parent order), 1 when lakeFS omits it.
+    :param message: the commit message.
+    :param meta_range_id: the content hash of the commit's tree.
+    :param creation_date: when the commit was created (Unix epoch seconds), ``None`` when unknown.
+    """
+
+    id: str
+    parents: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    version: int = 1
+    message: str = ""
+    meta_range_id: str = ""
+    creation_date: int | None = None
+
+
+#: ``(done, total)`` files uploaded so far.
+UploadProgress = Callable[[int, int], None]
+
+
+class LakeFSPort(Protocol):
+    """The lakeFS operations of the publish protocol (see :class:`~airflow_lakefence.lakefs_client.LakeFSClient`)."""
+
+    def get_commit(self, repository: str, ref: str) -> CommitInfo:
+        """Resolve a ref to its commit (``LakeFSNotFoundError`` when missing)."""
+        ...
+
+    def create_branch(self, repository: str, name: str, source: str, *, hidden: bool = False) -> str:
+        """Create a branch from ``source``; return the commit id it points at."""
+        ...
+
+    def delete_branch(self, repository: str, name: str, *, missing_ok: bool = True) -> bool:
+        """Delete a branch; return whether this call deleted it."""
+        ...
+
+    def list_branches(self, repository: str, prefix: str = "", *, show_hidden: bool = True) -> list[tuple[str, str]]:
+        """``(name, commit id)`` of the branches whose name starts with ``prefix``."""
+        ...
+
+    def commit(
+        self, repository: str, branch: str, message: str, metadata: Mapping[str, str], *, allow_empty: bool = False
+    ) -> CommitInfo | None:
+        """Commit a branch's uncommitted changes; ``None`` when there was nothing to commit."""
+        ...
+
+    def merge(
+        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
+    ) -> str:
+        """Merge ``source_ref`` into ``destination``; return the merge commit id."""
+        ...
+
+    def hard_reset(self, repository: str, branch: str, ref: str) -> None:
+        """Point ``branch`` at ``ref``."""
+        ...
+
+    def paths_outside(self, repository: str, branch: str, prefixes: Iterable[str], *, limit: int = 10) -> list[str]:
+        """Up to ``limit`` uncommitted changes of ``branch`` outside ``prefixes``."""
+        ...
+
+    def upload_tree(
+        self,
+        repository: str,
+        branch: str,
+        files: Iterable[tuple[str, Path]],
+        *,
+        progress: UploadProgress | None = None,
+    ) -> int:
+        """Upload ``(object path, local file)`` pairs into ``branch``; return how many were uploaded."""
+        ...
+
+
+class AttemptFencePort(Protocol):
+    """The attempt fence (protocol: "Attempt fence") as the engine uses it."""
+
+    @property
+    def attempt(self) -> AttemptId:
+        """This attempt's identity."""
+        ...
+
+    def arm(self) -> None:
+        """Remember who we are (``StaleAttemptError`` if that cannot be recorded)."""
+        ...
+
+    def stale_reason(self) -> str | None:
+        """Why this attempt is stale, or ``None`` while it is the current one (errors count as stale)."""
+        ...
+
+    def was_killed(self) -> bool:
+        """Whether the task was told to stop (Airflow's ``on_kill``)."""
+        ...
+
+    def fail(self, where: str, reason: str) -> NoReturn:
+        """Raise :class:`~airflow_lakefence.exceptions.StaleAttemptError`, after the grace period."""
+        ...

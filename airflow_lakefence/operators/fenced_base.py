@@ -1,0 +1,281 @@
+"""The Airflow side shared by every fenced publish adapter (Spark, Python, TaskFlow).
+
+:class:`FencedPublishOperatorBase` renders and validates the lakeFS arguments, builds the
+:class:`~airflow_lakefence.core.engine.PublishEngine` over the lakeFS hook's client and the
+Airflow attempt fence, and reports: XCom, asset events, the closing log line, OpenLineage.
+A concrete adapter only says how to run its job (:meth:`FencedPublishOperatorBase.run_job`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+
+from airflow_lakefence import assets as lakefs_assets
+from airflow_lakefence.attempt import AttemptFence
+from airflow_lakefence.core.engine import (
+    AttemptLocations,
+    PublishEngine,
+    PublishRequest,
+    PublishResult,
+    seconds,
+)
+from airflow_lakefence.core.naming import validate_staging_prefix
+from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
+from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
+
+#: Template fields every adapter adds to its base operator's.
+FENCED_TEMPLATE_FIELDS = (
+    "repository",
+    "target_branch",
+    "input_ref",
+    "workspace_dir",
+    "output_prefixes",
+    "commit_message",
+    "commit_metadata",
+)
+#: The XCom keys of a fenced task (``output_ref`` is also the return value).
+XCOM_KEYS = ("staged_commit", "decision", "input_ref", "staging_branch", "output_ref")
+
+
+class FencedPublishOperatorBase(BaseOperator):
+    """The fenced publish of one task's output into a lakeFS branch (see docs/protocol.md).
+
+    :param repository: the lakeFS repository (templated).
+    :param target_branch: the branch to publish into (templated).
+    :param input_ref: the commit the job reads and builds on; a branch or tag is resolved once to a
+        commit id (templated; an ``XComArg`` such as ``LakeFSResolveRefOperator().output`` works).
+    :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
+    :param read_only: run the job against the input commit and write nothing to lakeFS.
+    :param write_mode: ``workspace`` (the job writes a local directory, uploaded in parallel) or
+        ``direct`` (the job writes into the staging branch itself).
+    :param workspace_dir: the parent of the per-attempt workspace (templated); a temporary
+        directory when ``None``.
+    :param output_prefixes: if given, every changed path must lie under one of them (templated).
+    :param publish_budget: refuse to start publishing when less of ``execution_timeout`` remains.
+    :param commit_message: the staging and merge commit message (templated).
+    :param commit_metadata: extra commit metadata, str to str; ``lakefence.*`` keys are reserved.
+    :param staging_branch_prefix: the first part of staging branch names.
+    :param workspace_check: a callable given the workspace ``Path`` after the job; raising rejects
+        the output (workspace mode).
+    :param allow_empty_workspace: accept a job that wrote no file (then nothing is published).
+    :param stale_grace_period: seconds to wait for the supervisor's kill when the attempt is stale.
+    :param kwargs: the base operator's arguments.
+    :raises InvalidInputError: at DAG parse time, for arguments that can never work.
+    """
+
+    operator_extra_links = (LakeFSCommitLink(), LakeFSStagingLink())
+    #: How messages name the job, and the error a failed job is reported as.
+    job_name: ClassVar[str] = "job"
+    job_error: ClassVar[type[JobError]] = JobError
+
+    def __init__(
+        self,
+        *,
+        repository: str,
+        target_branch: str,
+        input_ref: Any,
+        lakefs_conn_id: str = LakeFSHook.default_conn_name,
+        read_only: bool = False,
+        write_mode: str = "workspace",
+        workspace_dir: str | None = None,
+        output_prefixes: Sequence[str] | None = None,
+        publish_budget: timedelta | float | None = None,
+        commit_message: str | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+        staging_branch_prefix: str = "lakefence",
+        workspace_check: Callable[[Path], None] | None = None,
+        allow_empty_workspace: bool = False,
+        stale_grace_period: float = 15.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if write_mode not in ("direct", "workspace"):
+            raise InvalidInputError(f"write_mode must be one of ('direct', 'workspace'), got {write_mode!r}")
+        if read_only and (output_prefixes or commit_message or commit_metadata or publish_budget is not None):
+            raise InvalidInputError(
+                "read_only=True writes nothing: output_prefixes, commit_message, commit_metadata and "
+                "publish_budget do not apply"
+            )
+        try:
+            validate_staging_prefix(staging_branch_prefix)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        self.publish_budget = seconds(publish_budget, "publish_budget")
+        seconds(stale_grace_period, "stale_grace_period")
+        timeout = seconds(self.execution_timeout, "execution_timeout")
+        if self.publish_budget is not None and timeout is not None and self.publish_budget >= timeout:
+            raise PublishBudgetError(
+                f"publish_budget {self.publish_budget}s does not fit in execution_timeout {timeout}s"
+            )
+        self.repository = repository
+        self.target_branch = target_branch
+        self.input_ref = input_ref
+        self.lakefs_conn_id = lakefs_conn_id
+        self.read_only = read_only
+        self.write_mode = write_mode
+        self.workspace_dir = workspace_dir
+        self.output_prefixes = output_prefixes
+        self.commit_message = commit_message
+        self.commit_metadata = commit_metadata
+        self.staging_branch_prefix = staging_branch_prefix
+        self.workspace_check = workspace_check
+        self.allow_empty_workspace = allow_empty_workspace
+        self.stale_grace_period = stale_grace_period
+        self._fence: AttemptFence | None = None
+        self._outcome: PublishResult | None = None
+        self._lakefs_outlets, self._asset_alias = self._take_lakefs_outlets()
+
+    def _take_lakefs_outlets(self) -> tuple[list[Asset], AssetAlias | None]:
+        # Airflow emits an event for every declared outlet when the task succeeds, published or
+        # not. lakefs:// outlets are therefore emitted through an alias, and only on publication.
+        lakefs = [o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")]
+        if not lakefs:
+            return [], None
+        alias = AssetAlias(name=lakefs_assets.alias_name(self.dag_id, self.task_id, [a.uri for a in lakefs]))
+        self.outlets = [o for o in self.outlets if o not in lakefs] + [alias]
+        return lakefs, alias
+
+    @cached_property
+    def lakefs_hook(self) -> LakeFSHook:
+        """The lakeFS hook, built on first use."""
+        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
+
+    @property
+    def lakefs(self) -> LakeFSClient:
+        """The lakeFS client adapter of :attr:`lakefs_hook`."""
+        return self.lakefs_hook.client
+
+    # -- what an adapter provides ---------------------------------------------------------------
+
+    def validate_job(self) -> None:
+        """Check the job's own arguments after rendering, before any lakeFS write (step 1)."""
+
+    def run_job(self, context: Any, locations: AttemptLocations) -> None:
+        """Run the attempt's job (step 4): read ``locations.input_commit``, write the workspace or
+        the staging branch.
+
+        :param context: the Airflow context.
+        :param locations: where to read and write.
+        """
+        raise NotImplementedError
+
+    # -- the protocol -----------------------------------------------------------------------------
+
+    def execute(self, context: Any) -> str:
+        """Run the fenced protocol; return the output ref.
+
+        :param context: the Airflow context.
+        :raises LakeFenceError: a subclass naming the failure; nothing half-published.
+        """
+        timeout = seconds(self.execution_timeout, "execution_timeout")
+        request = PublishRequest(
+            repository=self.repository,
+            target_branch=self.target_branch,
+            input_ref=self.input_ref,
+            write_mode=self.write_mode,
+            read_only=self.read_only,
+            output_prefixes=self.output_prefixes,
+            commit_message=self.commit_message,
+            commit_metadata=self.commit_metadata,
+            staging_prefix=self.staging_branch_prefix,
+            workspace_dir=self.workspace_dir,
+            workspace_check=self.workspace_check,
+            allow_empty_workspace=self.allow_empty_workspace,
+            publish_budget=self.publish_budget,
+            deadline=None if timeout is None else time.monotonic() + timeout,
+        )
+        fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
+        engine = PublishEngine(
+            self.lakefs, fence, request, log=self.log, job_name=self.job_name, job_error=self.job_error
+        )
+        self._validate_outlets()
+        self.validate_job()
+        self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
+        result = engine.run(
+            lambda locations: self.run_job(context, locations),
+            # Pushed as soon as it exists, so the "lakeFS staging" link works for a try that fails.
+            on_staging=lambda staging: context["ti"].xcom_push(key="staging_branch", value=staging),
+            report=lambda outcome: self._report(context, outcome),
+        )
+        return result.output_ref
+
+    def _validate_outlets(self) -> None:
+        for asset in self._lakefs_outlets:
+            repository, branch, _prefix = lakefs_assets.parse_uri(asset.uri)
+            if (repository, branch) != (self.repository, self.target_branch):
+                raise InvalidInputError(
+                    f"outlet {asset.uri!r} is not on the target {self.repository}/{self.target_branch}"
+                )
+
+    def _report(self, context: Any, result: PublishResult) -> None:
+        ti = context["ti"]
+        for key in XCOM_KEYS:
+            ti.xcom_push(key=key, value=getattr(result, key))
+        self._outcome = result
+        self._emit_asset_events(context, result)
+        self.log.info(result.summary())
+        ui_base = self.lakefs_hook.settings.get("ui_base_url")
+        if ui_base:
+            self.log.info("lakeFS commit: %s", commit_url(str(ui_base), self.repository, result.output_ref))
+
+    def _emit_asset_events(self, context: Any, result: PublishResult) -> None:
+        if self._asset_alias is None or result.decision not in lakefs_assets.PUBLISHING_DECISIONS:
+            return
+        events = context["outlet_events"][self._asset_alias]
+        for asset in self._lakefs_outlets:
+            _repository, _branch, prefix = lakefs_assets.parse_uri(asset.uri)
+            extra = lakefs_assets.event_extra(
+                repository=self.repository,
+                output_ref=result.output_ref,
+                input_ref=result.input_ref,
+                staged_commit=result.staged_commit,
+                decision=result.decision,
+                prefix=prefix,
+            )
+            events.add(asset, extra=extra)
+
+    def on_kill(self) -> None:
+        """Mark the attempt stale (the engine stops at its next fence check)."""
+        if self._fence is not None:
+            self._fence.killed.set()
+        super().on_kill()
+
+    # -- OpenLineage (used when apache-airflow-providers-openlineage is installed) ---------------
+
+    def _lineage(self, input_commit: str | None, output_commit: str | None) -> Any:
+        from airflow_lakefence.core.engine import normalise_prefixes
+        from airflow_lakefence.lineage import operator_lineage
+
+        return operator_lineage(
+            endpoint=self.lakefs_hook.endpoint,
+            repository=self.repository,
+            input_ref=self.input_ref,
+            input_commit=input_commit,
+            target_branch=self.target_branch,
+            output_prefixes=normalise_prefixes(self.output_prefixes),
+            output_commit=output_commit,
+        )
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Lineage before running: the input as given; no output yet."""
+        return self._lineage(None, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Lineage of the finished try: the input commit read and, if it published, the output commit.
+
+        :param task_instance: the task instance (unused: the try's own outcome is kept in memory).
+        """
+        outcome = self._outcome
+        if outcome is None:
+            return self._lineage(None, None)
+        published = outcome.decision in lakefs_assets.PUBLISHING_DECISIONS
+        return self._lineage(outcome.input_ref, outcome.output_ref if published else None)

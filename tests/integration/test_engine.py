@@ -1,0 +1,399 @@
+"""The publish engine on its own: no Airflow, a stand-in attempt fence, and two lakeFS worlds.
+
+Every scenario runs against the in-memory lakeFS (tests/fakes/memory_lakefs.py) and against the
+session's lakeFS backend over HTTP through the real adapter (``LakeFSClient``; the local server or
+real lakeFS, per ``--lakefs-backend``). Lost answers are played by :class:`LossyPort`, which wraps
+either. Outcomes are asserted on the branches, commits and objects left behind.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.cleanup import evidence_metadata
+from airflow_lakefence.core.engine import AttemptLocations, PublishEngine, PublishRequest
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.exceptions import (
+    InputRefError,
+    JobError,
+    LakeFSUnavailableError,
+    OutputPrefixError,
+    PublishBudgetError,
+    PublishFenceError,
+    PublishRaceError,
+    StaleAttemptError,
+)
+from tests.fakes.memory_lakefs import LossyPort, MemoryLakeFS
+
+KEY = PublicationKey("dag", "run-1", "publish")
+
+
+def attempt(try_number: int = 1) -> AttemptId:
+    return AttemptId(KEY, try_number, f"ti-{try_number}")
+
+
+@dataclass
+class StandInFence:
+    """The attempt fence port: current until a test says otherwise."""
+
+    attempt: AttemptId
+    reason: str | None = None
+    killed: bool = False
+    armed: bool = False
+    checks: int = 0
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def stale_reason(self) -> str | None:
+        self.checks += 1
+        return self.reason
+
+    def was_killed(self) -> bool:
+        return self.killed
+
+    def fail(self, where: str, reason: str) -> Any:
+        raise StaleAttemptError(f"stale attempt {where}: {reason}")
+
+
+class World:
+    """A repository with ``main`` holding one input commit, behind a :class:`LossyPort`."""
+
+    repository: str
+    port: LossyPort
+
+    def write(self, branch: str, files: dict[str, str], message: str = "foreign") -> str:
+        raise NotImplementedError
+
+    def stage(self, branch: str, path: str, text: str) -> None:
+        """What a direct-mode job does: write one object into a branch, uncommitted."""
+        raise NotImplementedError
+
+    def tree(self, ref: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def branches(self) -> list[str]:
+        return [name for name, _ in self.port.inner.list_branches(self.repository, "lakefence", show_hidden=True)]
+
+    def head(self, branch: str = "main") -> Any:
+        return self.port.inner.get_commit(self.repository, branch)
+
+
+class MemoryWorld(World):
+    def __init__(self) -> None:
+        self.lakefs = MemoryLakeFS("repo")
+        self.repository = "repo"
+        self.port = LossyPort(self.lakefs)
+        self.input = self.write("main", {"in/data.txt": "input"}, "seed")
+
+    def write(self, branch: str, files: dict[str, str], message: str = "foreign") -> str:
+        return self.lakefs.write(branch, files, message)
+
+    def stage(self, branch: str, path: str, text: str) -> None:
+        self.lakefs.upload(branch, path, text)
+
+    def tree(self, ref: str) -> dict[str, str]:
+        return self.lakefs.tree(ref)
+
+
+class LakeFSWorld(World):
+    def __init__(self, repo: Any, client: Any) -> None:
+        self.repo, self.client = repo, client
+        self.repository = repo.id
+        self.port = LossyPort(client)
+        self._tmp = Path(tempfile.mkdtemp(prefix="engine-world-"))
+        self.input = self.write("main", {"in/data.txt": "input"}, "seed")
+
+    def stage(self, branch: str, path: str, text: str) -> None:
+        local = self._tmp / "blob"
+        local.write_text(text)
+        self.client.upload_file(self.repository, branch, path, local)
+
+    def write(self, branch: str, files: dict[str, str], message: str = "foreign") -> str:
+        for path, text in files.items():
+            self.stage(branch, path, text)
+        return str(self.client.commit(self.repository, branch, message, {}).id)
+
+    def tree(self, ref: str) -> dict[str, str]:
+        paths = self.client.list_objects(self.repository, ref)
+        return {p: self.client.read_object(self.repository, ref, p).decode() for p in paths}
+
+
+@pytest.fixture(params=["memory", "lakefs"])
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    if request.param == "memory":
+        yield MemoryWorld()
+    else:
+        from airflow_lakefence.lakefs_client import LakeFSClient
+
+        repo = request.getfixturevalue("lakefs_repo")
+        server = request.getfixturevalue("lakefs_server")
+        yield LakeFSWorld(repo, LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key))
+    failpoints.disarm_all()
+
+
+@dataclass
+class Run:
+    world: World
+    try_number: int = 1
+    write_mode: str = "workspace"
+    files: dict[str, str] = field(default_factory=lambda: {"out/a.txt": "A"})
+    prefixes: tuple[str, ...] | None = None
+    deadline: float | None = None
+    budget: float | None = None
+    input_ref: str | None = None
+    allow_empty: bool = False
+    read_only: bool = False
+    seen: list[AttemptLocations] = field(default_factory=list)
+    reported: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.fence = StandInFence(attempt(self.try_number))
+
+    def job(self, locations: AttemptLocations) -> None:
+        self.seen.append(locations)
+        for path, text in self.files.items():
+            if locations.workspace is not None:
+                target = locations.workspace / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            elif locations.staging_branch is not None:
+                self.world.stage(locations.staging_branch, path, text)
+
+    def engine(self) -> PublishEngine:
+        request = PublishRequest(
+            repository=self.world.repository,
+            target_branch="main",
+            input_ref=self.input_ref or self.world.input,
+            write_mode=self.write_mode,
+            read_only=self.read_only,
+            output_prefixes=self.prefixes,
+            allow_empty_workspace=self.allow_empty,
+            publish_budget=self.budget,
+            deadline=self.deadline,
+        )
+        return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0)
+
+    def __call__(self) -> Any:
+        return self.engine().run(self.job, report=self.reported.append)
+
+
+class Crash(BaseException):
+    """The worker dying: no ``except Exception`` catches it."""
+
+
+def crash() -> None:
+    raise Crash
+
+
+def test_merge_publishes_exactly_the_output_on_top_of_the_input(world: World) -> None:
+    run = Run(world, files={"out/a.txt": "A", "out/b/c.txt": "CC"})
+    result = run()
+    head = world.head()
+    assert (result.decision, result.output_ref, result.input_ref) == ("merge", head.id, world.input)
+    assert head.parents == (world.input, result.staged_commit)
+    record = decode_metadata(head.metadata)
+    assert record is not None and record.role == "publish" and record.attempt == attempt(1)
+    assert record.staged_commit == result.staged_commit
+    assert world.tree("main") == {"in/data.txt": "input", "out/a.txt": "A", "out/b/c.txt": "CC"}
+    assert (result.files, result.bytes) == (2, 3)
+    assert run.reported == [result]
+    assert world.branches() == []
+    assert run.fence.armed and run.fence.checks == 3  # before stage, before publish, before reporting
+
+
+def test_a_branch_name_input_is_resolved_once_to_a_commit(world: World) -> None:
+    run = Run(world, input_ref="main")
+    result = run()
+    assert result.input_ref == world.input == run.seen[0].input_commit
+    assert world.head().parents[0] == world.input
+
+
+def test_nothing_changed_is_a_noop(world: World) -> None:
+    result = Run(world, files={"in/data.txt": "input"})()
+    assert (result.decision, result.output_ref, result.staged_commit) == ("noop", world.input, world.input)
+    assert world.head().id == world.input
+    assert world.branches() == []
+
+
+def test_an_abandoned_publication_is_replaced_by_the_next_try(world: World) -> None:
+    failpoints.arm("after_verify", crash)
+    with pytest.raises(Crash):
+        Run(world, files={"out/try1.txt": "1"})()
+    abandoned = world.head()
+    assert decode_metadata(abandoned.metadata).attempt == attempt(1)  # type: ignore[union-attr]
+    failpoints.disarm_all()
+    result = Run(world, try_number=2, files={"out/try2.txt": "2"})()
+    head = world.head()
+    assert (result.decision, result.output_ref) == ("replace", head.id)
+    assert head.id == result.staged_commit and head.parents == (world.input,)
+    assert world.tree("main") == {"in/data.txt": "input", "out/try2.txt": "2"}
+
+
+def test_an_abandoned_publication_is_undone_when_the_retry_changes_nothing(world: World) -> None:
+    failpoints.arm("after_verify", crash)
+    with pytest.raises(Crash):
+        Run(world, files={"out/try1.txt": "1"})()
+    failpoints.disarm_all()
+    result = Run(world, try_number=2, files={}, allow_empty=True)()
+    assert (result.decision, result.output_ref) == ("relocate", world.input)
+    assert world.head().id == world.input
+
+
+def test_a_foreign_commit_before_the_job_fails_before_running_it(world: World) -> None:
+    foreign = world.write("main", {"other.txt": "x"})
+    run = Run(world)
+    with pytest.raises(PublishFenceError, match="before the job"):
+        run()
+    assert run.seen == []
+    assert world.head().id == foreign
+    assert world.branches() == []
+
+
+def test_a_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(world: World) -> None:
+    run = Run(world)
+    failpoints.arm("after_job", lambda: world.write("main", {"other.txt": "x"}))
+    with pytest.raises(PublishFenceError) as info:
+        run()
+    assert type(info.value) is PublishFenceError
+    assert world.branches() == [info.value.staging_branch]
+    marker = world.head(info.value.staging_branch)
+    assert marker.metadata["lakefence.evidence"] == "PublishFenceError"
+    assert world.tree(info.value.staging_branch)["out/a.txt"] == "A"
+    assert decode_metadata(world.head().metadata) is None  # the foreign commit is untouched
+
+
+@pytest.mark.parametrize(("point", "where"), [("after_job", "before stage"), ("after_stage", "before publish")])
+def test_a_stale_attempt_publishes_nothing(world: World, point: str, where: str) -> None:
+    run = Run(world)
+    failpoints.arm(point, lambda: setattr(run.fence, "reason", "cleared"))
+    with pytest.raises(StaleAttemptError, match=where):
+        run()
+    assert world.head().id == world.input
+    assert world.branches() == []
+    assert world.port.calls.get("merge", 0) == 0
+
+
+def test_a_lost_staging_branch_creation_that_landed_is_recognised(world: World) -> None:
+    world.port.lose("create_branch", landed=True)
+    result = Run(world)()
+    assert result.decision == "merge"
+    assert world.port.calls["create_branch"] == 1
+
+
+def test_a_lost_staging_commit_that_landed_is_recognised_by_its_record(world: World) -> None:
+    world.port.lose("commit", landed=True)
+    result = Run(world)()
+    assert result.decision == "merge" and world.port.calls["commit"] == 1
+    staged = world.head(result.staged_commit)
+    assert decode_metadata(staged.metadata).role == "stage"  # type: ignore[union-attr]
+
+
+def test_a_lost_merge_that_landed_is_not_merged_again(world: World) -> None:
+    world.port.lose("merge", landed=True)
+    result = Run(world)()
+    head = world.head()
+    assert (result.decision, result.output_ref) == ("idempotent", head.id)
+    assert head.parents[0] == world.input
+    assert world.port.calls["merge"] == 1
+
+
+def test_a_lost_merge_that_never_arrived_is_decided_again(world: World) -> None:
+    world.port.lose("merge", landed=False)
+    result = Run(world)()
+    assert result.decision == "merge" and world.port.calls["merge"] == 2
+    assert world.head().id == result.output_ref
+
+
+def test_answers_lost_every_round_fail_without_publishing(world: World) -> None:
+    world.port.lose("merge", landed=False, times=2)
+    with pytest.raises(LakeFSUnavailableError, match="could not be confirmed"):
+        Run(world)()
+    assert world.head().id == world.input
+
+
+def test_a_writer_slipping_in_before_the_merge_is_detected(world: World) -> None:
+    world.port.before["merge"] = lambda: world.write("main", {"racer.txt": "r"})
+    with pytest.raises(PublishRaceError, match="first parent") as info:
+        Run(world)()
+    assert world.branches() == [info.value.staging_branch]
+
+
+@pytest.mark.parametrize("write_mode", ["workspace", "direct"])
+def test_output_outside_the_declared_prefixes_fails_closed(world: World, write_mode: str) -> None:
+    run = Run(world, write_mode=write_mode, files={"t/ok.txt": "1", "other/bad.txt": "2"}, prefixes=("t",))
+    with pytest.raises(OutputPrefixError, match="other/"):
+        run()
+    assert world.head().id == world.input
+    assert world.port.calls.get("upload_tree", 0) == 0
+    # Direct mode: the job already wrote into lakeFS, so the branch is the evidence.
+    assert len(world.branches()) == (1 if write_mode == "direct" else 0)
+
+
+def test_direct_mode_publishes_what_the_job_wrote(world: World) -> None:
+    result = Run(world, write_mode="direct", files={"t/p.txt": "1"}, prefixes=("t/",))()
+    assert result.decision == "merge"
+    assert world.tree("main")["t/p.txt"] == "1"
+
+
+def test_the_publish_budget_refuses_a_late_publish(world: World) -> None:
+    with pytest.raises(PublishBudgetError):
+        Run(world, deadline=105.0, budget=10.0)()  # the stand-in clock says 100: 5 s remain
+    assert world.head().id == world.input
+    assert world.branches() == []
+
+
+def test_a_failed_job_is_a_job_error_and_a_killed_one_is_stale(world: World) -> None:
+    def failing(_locations: AttemptLocations) -> None:
+        raise RuntimeError("boom")
+
+    run = Run(world)
+    with pytest.raises(JobError, match="boom"):
+        run.engine().run(failing)
+    run = Run(world)
+    run.fence.killed = True
+    with pytest.raises(StaleAttemptError, match="killed"):
+        run.engine().run(failing)
+    assert world.branches() == []
+
+
+def test_read_only_reads_the_input_and_writes_nothing(world: World) -> None:
+    run = Run(world, read_only=True, input_ref="main")
+    result = run()
+    assert (result.decision, result.output_ref, result.staging_branch) == ("read_only", world.input, None)
+    assert set(world.port.calls) == {"get_commit"}
+    assert run.seen[0].write_mode == "read_only" and run.seen[0].staging_branch is None
+
+
+def test_an_unknown_input_is_a_clear_error_and_nothing_is_written(world: World) -> None:
+    with pytest.raises(InputRefError):
+        Run(world, input_ref="f" * 64)()
+    assert world.branches() == [] and world.head().id == world.input
+
+
+def test_a_retry_removes_earlier_staging_branches_but_keeps_evidence(world: World) -> None:
+    inner, repo = world.port.inner, world.repository
+    leftover = staging_branch_name(attempt(1))  # try 1 crashed: no finally ran
+    inner.create_branch(repo, leftover, world.input, hidden=True)
+    evidence = staging_branch_name(AttemptId(KEY, 2, "ti-2"))  # try 2 failed closed
+    inner.create_branch(repo, evidence, world.input, hidden=True)
+    inner.commit(
+        repo, evidence, "evidence", evidence_metadata(attempt(2), world.input, "PublishFenceError"), allow_empty=True
+    )
+    result = Run(world, try_number=3)()
+    assert result.decision == "merge"
+    assert world.branches() == [evidence]
+
+
+def test_the_first_try_does_not_list_branches(world: World) -> None:
+    Run(world)()
+    assert world.port.calls.get("list_branches", 0) == 0
