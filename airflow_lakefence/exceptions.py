@@ -10,18 +10,24 @@ Messages never contain credentials: they name the repository, branch, ref and op
 from __future__ import annotations
 
 __all__ = [
+    "HardFenceMissingError",
+    "HardFenceRaceError",
     "InputRefError",
     "InvalidInputError",
     "JobError",
     "LakeFSAuthError",
     "LakeFSBadRequestError",
+    "LakeFSBranchProtectedError",
     "LakeFSConflictError",
     "LakeFSConnectionError",
     "LakeFSError",
+    "LakeFSHardFenceRejectedError",
+    "LakeFSHookRejectedError",
     "LakeFSNotFoundError",
     "LakeFSPreconditionFailedError",
     "LakeFSUnavailableError",
     "LakeFenceError",
+    "MergeHookRejectedError",
     "OutputPrefixError",
     "PublishBudgetError",
     "PublishFenceError",
@@ -127,3 +133,68 @@ class LakeFSUnavailableError(LakeFSError):
 
 class LakeFSConnectionError(LakeFSUnavailableError):
     """No response from lakeFS (refused, reset, timed out). A write's outcome is unknown."""
+
+
+# -- the hard fence and protected targets (docs/hard-fence.md) -----------------------------------
+
+
+class LakeFSBranchProtectedError(LakeFSError):
+    """lakeFS answered 403 because the branch is protected: it accepts merges (and reverts) only.
+
+    Not an authentication problem: the credentials are fine, the operation is not allowed there.
+    """
+
+
+class LakeFSHookRejectedError(LakeFSPreconditionFailedError):
+    """A pre-merge hook of the repository rejected the merge (lakeFS answered 412 naming a hook run).
+
+    :param message: lakeFS's message (it quotes the hook's error).
+    :param run_id: lakeFS's action run id (``lakectl actions runs describe``), if found.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, operation: str = "", run_id: str | None = None
+    ) -> None:
+        super().__init__(message, status=status, operation=operation)
+        self.run_id = run_id
+
+
+class LakeFSHardFenceRejectedError(LakeFSHookRejectedError):
+    """The hard fence refused the merge: the destination's HEAD was not the expected head.
+
+    :param found_head: the HEAD lakeFS computed the merge against.
+    :param expected_head: the head the merge named.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        operation: str = "",
+        run_id: str | None = None,
+        found_head: str | None = None,
+        expected_head: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, operation=operation, run_id=run_id)
+        self.found_head = found_head
+        self.expected_head = expected_head
+
+
+class HardFenceRaceError(PublishRaceError):
+    """lakeFS's hard fence refused the publishing merge: the target moved after the fence read it.
+
+    The fence lost a race: nothing was published, the target is as the other writer left it, the
+    staging branch is kept as evidence.
+    """
+
+
+class MergeHookRejectedError(PublishFenceError):
+    """A pre-merge hook of the repository (not the hard fence) rejected the publication.
+
+    Nothing was published; the staging branch is kept so that the rejected output can be inspected.
+    """
+
+
+class HardFenceMissingError(InvalidInputError):
+    """The hard fence is required but the input commit does not carry the current one (raised before the job)."""

@@ -34,15 +34,21 @@ from lakefs_sdk.exceptions import ApiException, OpenApiException
 from lakefs_sdk.models.branch_creation import BranchCreation
 from lakefs_sdk.models.commit import Commit as SdkCommit
 from lakefs_sdk.models.commit_creation import CommitCreation
+from lakefs_sdk.models.commit_overrides import CommitOverrides
 from lakefs_sdk.models.merge import Merge
+from lakefs_sdk.models.revert_creation import RevertCreation
 
+from airflow_lakefence.core.hardfence import RejectionKind, classify_rejection
 from airflow_lakefence.core.ports import CommitInfo, UploadProgress
 from airflow_lakefence.exceptions import (
     LakeFSAuthError,
     LakeFSBadRequestError,
+    LakeFSBranchProtectedError,
     LakeFSConflictError,
     LakeFSConnectionError,
     LakeFSError,
+    LakeFSHardFenceRejectedError,
+    LakeFSHookRejectedError,
     LakeFSNotFoundError,
     LakeFSPreconditionFailedError,
     LakeFSUnavailableError,
@@ -76,6 +82,30 @@ def _error_message(exc: LakeFSException) -> str:
     return type(exc).__name__
 
 
+def _hook_or_protection_error(status: int | None, message: str, operation: str, what: str) -> LakeFSError | None:
+    """The 403 of branch protection and the 412 of a pre-merge hook, each its own class (issue 18)."""
+    if status == 403 and "protected branch" in message:
+        return LakeFSBranchProtectedError(
+            f"lakeFS {operation} on {what} refused: the branch is protected (only merges are allowed): {message}",
+            status=status,
+            operation=operation,
+        )
+    if status == 412 and "hook" in message:
+        text = f"lakeFS {operation} on {what} failed ({status}): {message}"
+        rejection = classify_rejection(message)
+        if rejection.kind is RejectionKind.HARD_FENCE:
+            return LakeFSHardFenceRejectedError(
+                text,
+                status=status,
+                operation=operation,
+                run_id=rejection.run_id,
+                found_head=rejection.found_head,
+                expected_head=rejection.expected_head,
+            )
+        return LakeFSHookRejectedError(text, status=status, operation=operation, run_id=rejection.run_id)
+    return None
+
+
 def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSError:
     """Translate an SDK or transport exception into the package's tree.
 
@@ -88,6 +118,9 @@ def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSErro
         return exc
     if isinstance(exc, ServerException):
         status = exc.status_code
+        special = _hook_or_protection_error(status, _error_message(exc), operation, what)
+        if special is not None:
+            return special
         cls = _STATUS_TO_ERROR.get(status or 0)
         if cls is None:
             cls = LakeFSUnavailableError if status is None or status >= 500 else LakeFSError
@@ -409,6 +442,41 @@ class LakeFSClient:
             f"branch {branch!r} to {ref!r} in {repository!r}",
             lambda: self._api.experimental_api.hard_reset_branch(
                 repository, branch, ref, _request_timeout=self._timeout
+            ),
+            idempotent=False,
+        )
+
+    # -- merge-only replacement (issue 18) ---------------------------------------------------
+
+    def revert(
+        self,
+        repository: str,
+        branch: str,
+        ref: str,
+        *,
+        parent_number: int = 1,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add a commit to ``branch`` undoing ``ref`` relative to its parent ``parent_number``.
+
+        Protected branches allow it; lakeFS runs no hook for it.
+
+        :param repository: the repository name.
+        :param branch: the branch to add the revert commit to.
+        :param ref: the commit to revert.
+        :param parent_number: for a merge commit, the parent (from 1) it is reverted against.
+        :param message: the revert commit's message (lakeFS's default when ``None``).
+        :param metadata: the revert commit's metadata.
+        :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
+        """
+        overrides = CommitOverrides(message=message, metadata=dict(metadata or {}))
+        creation = RevertCreation(ref=ref, parent_number=parent_number, commit_overrides=overrides)  # type: ignore[call-arg]
+        self._call(
+            "revert",
+            f"{ref!r} on branch {branch!r} in {repository!r}",
+            lambda: self._api.branches_api.revert_branch(
+                repository, branch, creation, _request_timeout=self._timeout
             ),
             idempotent=False,
         )

@@ -30,7 +30,9 @@ from typing import Any, Protocol, TypeVar
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
 from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
     ROLE_STAGE,
@@ -47,14 +49,20 @@ from airflow_lakefence.core.naming import (
 )
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.exceptions import (
+    HardFenceMissingError,
+    HardFenceRaceError,
     InputRefError,
     InvalidInputError,
     JobError,
     LakeFenceError,
     LakeFSBadRequestError,
+    LakeFSBranchProtectedError,
     LakeFSConflictError,
+    LakeFSHardFenceRejectedError,
+    LakeFSHookRejectedError,
     LakeFSNotFoundError,
     LakeFSUnavailableError,
+    MergeHookRejectedError,
     OutputPrefixError,
     PublishBudgetError,
     PublishFenceError,
@@ -66,6 +74,8 @@ from airflow_lakefence.exceptions import (
 T = TypeVar("T")
 
 WRITE_MODES = ("direct", "workspace")
+#: ``hard_fence`` modes: never rely on it, rely on it when the input carries it, or refuse to run without it.
+HARD_FENCE_MODES = ("off", "auto", "require")
 DECISION_READ_ONLY = "read_only"
 #: A write whose answer was lost is re-evaluated once against fresh state, never repeated blindly.
 PUBLISH_ROUNDS = 2
@@ -127,6 +137,11 @@ class PublishRequest:
     :param allow_empty_workspace: accept a job that wrote no file.
     :param publish_budget: seconds the publish needs; refused when less remains before ``deadline``.
     :param deadline: the ``time.monotonic()`` at which the task will be killed, if any.
+    :param hard_fence: ``off`` (the soft fence only), ``auto`` (rely on the hard fence when the input
+        commit carries it: one extra read before the job) or ``require`` (fail before the job when it
+        does not); docs/hard-fence.md.
+    :param replace_by_merge: replace or relocate an abandoned publication by merges instead of a hard
+        reset (done anyway when the target is protected).
     """
 
     repository: str
@@ -143,6 +158,8 @@ class PublishRequest:
     allow_empty_workspace: bool = False
     publish_budget: float | None = None
     deadline: float | None = None
+    hard_fence: str = "off"
+    replace_by_merge: bool = False
 
     def validated(self) -> PublishRequest:
         """Step 1: check every value before any write; return the request with normalised prefixes.
@@ -157,6 +174,8 @@ class PublishRequest:
             raise InputRefError(f"input_ref {self.input_ref!r} is not a ref (a commit id, branch or tag)")
         if self.write_mode not in WRITE_MODES:
             raise InvalidInputError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
+        if self.hard_fence not in HARD_FENCE_MODES:
+            raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {self.hard_fence!r}")
         try:
             metadata = check_user_metadata(self.commit_metadata)
             validate_staging_prefix(self.staging_prefix)
@@ -276,6 +295,10 @@ class PublishEngine:
         self.job_error = job_error
         self.clock = clock
         self._deleted: set[str] = set()
+        # Whether lakeFS runs the hard fence on this attempt's merges (the input commit carries it),
+        # and whether the staged commit still carries it unchanged (then the merge needs no verify).
+        self._hard_fence = False
+        self._hard_fence_intact = False
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -311,6 +334,7 @@ class PublishEngine:
             early = decide_publish(target_head, input_commit, attempt, True, input_commit)
             if early.action is Action.FAIL_CLOSED:
                 raise PublishFenceError(f"before the job: {early.reason}")
+            self._check_hard_fence(input_commit)
             self._remove_earlier_staging(attempt, staging)
             failpoints.hit("after_staging_branch")
             self.log.info(
@@ -331,6 +355,9 @@ class PublishEngine:
                 failpoints.hit("after_job")
                 if directory is not None:
                     workspace = self._collect_workspace(directory)  # step 5
+                    self._hard_fence_intact = self._hard_fence_intact and not any(
+                        name.startswith(ACTION_PATH.split("/")[0] + "/") for name, _ in workspace.files
+                    )
                 self._check_fence("before stage", staging)  # step 6
                 failpoints.hit("after_fence_1")
                 if directory is not None:
@@ -352,7 +379,7 @@ class PublishEngine:
             failpoints.hit("after_fence_2")
             self._check_budget()  # step 9
             try:
-                decision, output_ref = self._publish(attempt, staging, input_commit, staged)  # steps 10, 11
+                decision, output_ref = self._publish(attempt, staging, input_commit, staged, target_head)  # 10, 11
             except PublishFenceError:
                 keep_staging = True
                 raise
@@ -629,7 +656,7 @@ class PublishEngine:
     # -- steps 10 and 11: publish fence, act, verify ----------------------------------------------
 
     def _publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, early_head: HeadState
     ) -> tuple[FenceDecision, str]:
         changed = staged.id != input_commit
         metadata = {
@@ -637,14 +664,20 @@ class PublishEngine:
             **encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
 
-        def publish_round(_answer_lost: bool) -> tuple[FenceDecision, str]:
+        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             # Every round reads the target afresh: a write that landed although its answer was lost
-            # shows up as this attempt's own publication (the idempotent row).
-            head = self._target_head()
-            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
+            # merge acts on the head read before the job at once: lakeFS refuses it if the head moved.
+            head, decision = early_head, decide_publish(early_head, input_commit, attempt, changed, staged.id)
+            if answer_lost or not self._hard_fence or not (
+                decision.action is Action.MERGE
+                or (decision.action is not Action.NOOP and self.request.replace_by_merge)
+            ):
+                head = self._target_head()
+                decision = decide_publish(head, input_commit, attempt, changed, staged.id)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata)
+            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head)
 
         return self._settle("publish", publish_round, lambda _exc: None)
 
@@ -656,13 +689,18 @@ class PublishEngine:
         input_commit: str,
         staged: str,
         metadata: Mapping[str, str],
+        head: HeadState,
     ) -> str:
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
+        metadata = {**metadata, **expected_head_metadata(head.commit_id)}
         if decision.action is Action.FAIL_CLOSED:
             raise PublishFenceError(decision.reason, staging_branch=staging)
         if decision.action is Action.MERGE:
             try:
                 merge_ref = client.merge(repo, staged, target, self._message(ROLE_PUBLISH, attempt), metadata)
+            except LakeFSHookRejectedError as exc:
+                raise self._hook_rejection(exc, head, staging) from exc
             except LakeFSConflictError as exc:
                 raise PublishRaceError(
                     f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
@@ -675,6 +713,8 @@ class PublishEngine:
                     staging_branch=staging,
                 ) from exc
             failpoints.hit("after_publish_action")
+            if self._hard_fence_intact:
+                return merge_ref  # lakeFS checked the first parent before the branch moved
             merged = client.get_commit(repo, merge_ref)
             if merged.parents[:1] != (input_commit,):
                 raise PublishRaceError(
@@ -685,7 +725,13 @@ class PublishEngine:
             return merge_ref
         if decision.action in (Action.REPLACE, Action.RELOCATE):
             assert decision.output_ref is not None
-            client.hard_reset(repo, target, decision.output_ref)
+            if self.request.replace_by_merge:
+                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
+            try:
+                client.hard_reset(repo, target, decision.output_ref)
+            except LakeFSBranchProtectedError:
+                self.log.info("%r is protected (no hard reset): replacing by merges", target)
+                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
             failpoints.hit("after_publish_action")
             now = HeadState.of(client.get_commit(repo, target))
             # A commit whose first parent is what was set came after the reset: not a race.
@@ -701,6 +747,75 @@ class PublishEngine:
             assert decision.output_ref is not None
             return decision.output_ref
         return input_commit  # NOOP
+
+    # -- the hard fence and merge-only replacement (docs/hard-fence.md) ----------------------------
+
+    def _check_hard_fence(self, input_commit: str) -> None:
+        """Before the job: does lakeFS run the hard fence on merges built on the input? (0 or 1 call)."""
+        mode = self.request.hard_fence
+        if mode == "off":
+            return
+        check = check_ref(self.lakefs, self.request.repository, input_commit)
+        if not check.enforced and mode == "require":
+            raise HardFenceMissingError(f"hard_fence='require': {check.message}")
+        self._hard_fence = self._hard_fence_intact = check.enforced
+        # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
+        # keep it out: then the merge is still verified after acting.
+        actions_dir = ACTION_PATH.split("/")[0] + "/"
+        unguarded = not self.prefixes or any(p.startswith(actions_dir) for p in self.prefixes)
+        if self.request.write_mode == "direct" and unguarded:
+            self._hard_fence_intact = False
+        self.log.info("Hard fence: %s", check.message)
+
+    def _hook_rejection(self, exc: LakeFSHookRejectedError, head: HeadState, staging: str) -> PublishFenceError:
+        target = self.request.target_branch
+        if isinstance(exc, LakeFSHardFenceRejectedError):
+            return HardFenceRaceError(
+                f"lakeFS's hard fence refused the merge into {target!r}: it moved to {exc.found_head} since the "
+                f"fence read {head.commit_id}; nothing published, {target!r} left as the other writer left it "
+                f"(action run {exc.run_id})",
+                staging_branch=staging,
+            )
+        return MergeHookRejectedError(
+            f"a pre-merge hook of the repository rejected the publication into {target!r} (action run "
+            f"{exc.run_id}): {exc}",
+            staging_branch=staging,
+        )
+
+    def _replace_by_merge(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+    ) -> str:
+        repo, target = self.request.repository, self.request.target_branch
+        try:
+            outcome = replace_by_merge(
+                self.lakefs,
+                repository=repo,
+                target=target,
+                head=head,
+                input_commit=input_commit,
+                staged_commit=staged,
+                temp_branch=temp_branch_name(staging),
+                message=self._message(ROLE_PUBLISH, attempt),
+                metadata=metadata,
+            )
+        except LakeFSHookRejectedError as exc:
+            raise self._hook_rejection(exc, head, staging) from exc
+        failpoints.hit("after_publish_action")
+        if outcome.calls and not self._hard_fence_intact:
+            merged = self.lakefs.get_commit(repo, outcome.output_ref)
+            if merged.parents[:1] != (head.commit_id,):
+                raise PublishRaceError(
+                    f"merge commit {outcome.output_ref} has first parent {merged.parents[:1]}, not the replaced "
+                    f"publication {head.commit_id}: another writer raced the publish; {target!r} left as is",
+                    staging_branch=staging,
+                )
+        return outcome.output_ref
 
     # -- evidence and clean-up --------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from airflow_lakefence.core.hardfence import is_chain_link
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import decode_metadata
 
@@ -111,7 +112,8 @@ def decide_publish(
 
     record = decode_metadata(head.metadata)
     first_parent = head.first_parent
-    if first_parent != input_ref:
+    # A merge-only replacement's HEAD sits on the publication it replaced, and says so (a chain link).
+    if first_parent != input_ref and not (record is not None and is_chain_link(head.metadata, first_parent)):
         what = "a foreign commit" if record is None else f"a publication of {record.attempt.key}"
         return FenceDecision(
             Action.FAIL_CLOSED,

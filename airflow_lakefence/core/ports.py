@@ -96,6 +96,25 @@ class LakeFSPort(Protocol):
         """Upload ``(object path, local file)`` pairs into ``branch``; return how many were uploaded."""
         ...
 
+    # -- the hard fence and merge-only replacement (docs/hard-fence.md) --------------------------
+
+    def read_object(self, repository: str, ref: str, path: str) -> bytes:
+        """Read one small object whole (``LakeFSNotFoundError`` when missing): the fence's action file."""
+        ...
+
+    def revert(
+        self,
+        repository: str,
+        branch: str,
+        ref: str,
+        *,
+        parent_number: int = 1,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add a commit to ``branch`` undoing ``ref`` relative to its parent ``parent_number``."""
+        ...
+
 
 class AttemptFencePort(Protocol):
     """The attempt fence (protocol: "Attempt fence") as the engine uses it."""
