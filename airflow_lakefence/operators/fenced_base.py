@@ -20,6 +20,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
 from airflow_lakefence.core.engine import (
+    HARD_FENCE_MODES,
     AttemptLocations,
     PublishEngine,
     PublishRequest,
@@ -68,6 +69,11 @@ class FencedPublishOperatorBase(BaseOperator):
         the output (workspace mode).
     :param allow_empty_workspace: accept a job that wrote no file (then nothing is published).
     :param stale_grace_period: seconds to wait for the supervisor's kill when the attempt is stale.
+    :param hard_fence: ``off``, ``auto`` or ``require``: rely on the hard fence (a lakeFS pre-merge hook
+        installed with ``python -m airflow_lakefence.hardfence install``) when the input commit carries
+        it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
+    :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
+        (always done on a protected target).
     :param kwargs: the base operator's arguments.
     :raises InvalidInputError: at DAG parse time, for arguments that can never work.
     """
@@ -95,6 +101,8 @@ class FencedPublishOperatorBase(BaseOperator):
         workspace_check: Callable[[Path], None] | None = None,
         allow_empty_workspace: bool = False,
         stale_grace_period: float = 15.0,
+        hard_fence: str = "off",
+        replace_by_merge: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -130,6 +138,10 @@ class FencedPublishOperatorBase(BaseOperator):
         self.workspace_check = workspace_check
         self.allow_empty_workspace = allow_empty_workspace
         self.stale_grace_period = stale_grace_period
+        if hard_fence not in HARD_FENCE_MODES:
+            raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {hard_fence!r}")
+        self.hard_fence = hard_fence
+        self.replace_by_merge = replace_by_merge
         self._fence: AttemptFence | None = None
         self._outcome: PublishResult | None = None
         self._lakefs_outlets, self._asset_alias = self._take_lakefs_outlets()
@@ -191,6 +203,8 @@ class FencedPublishOperatorBase(BaseOperator):
             workspace_check=self.workspace_check,
             allow_empty_workspace=self.allow_empty_workspace,
             publish_budget=self.publish_budget,
+            hard_fence=self.hard_fence,
+            replace_by_merge=self.replace_by_merge,
             deadline=None if timeout is None else time.monotonic() + timeout,
         )
         fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
