@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "S3AConfigError",
     "S3ASubmitOptions",
     "configure_s3a",
+    "directory_marker_candidates",
     "hadoop_aws_coordinate",
     "kubernetes_secret_conf",
     "lakefence_locations",
@@ -445,6 +446,7 @@ class LakefenceJob:
     spark: Any
     locations: LakefenceLocations
     s3a: bool
+    written: set[str] = field(default_factory=set, compare=False)
 
     def input_uri(self, path: str = "") -> str:
         """The URI of ``path`` at the pinned input commit (needs S3A or the lakeFS FileSystem).
@@ -464,7 +466,43 @@ class LakefenceJob:
         """
         if self.locations.write_mode == "direct" and self.locations.scheme == "s3a" and not self.s3a:
             raise JobEnvironmentError(self._no_s3a("direct mode"))
-        return self.locations.output_uri(path)
+        uri = self.locations.output_uri(path)
+        self.written.add(path)
+        return uri
+
+    def remove_directory_markers(self) -> list[str]:
+        """Delete the empty directory markers S3A left at and above the direct-mode outputs.
+
+        S3A keeps a directory "existing" by writing a zero-byte ``<dir>/`` object when the last
+        object under it goes: an overwrite that deletes ``tables/t/`` leaves ``tables/``, a failed
+        write leaves ``tables/t/``. On lakeFS those are stray objects in the staging branch (and
+        fall outside ``output_prefixes``). Markers the input commit already had are kept. Called
+        by the context manager on success; returns the paths removed.
+        """
+        if self.locations.write_mode != "direct" or not self.s3a or not self.written:
+            return []
+        loc = self.locations
+        assert loc.staging_branch is not None
+        jvm = self.spark.sparkContext._jvm
+        root = jvm.org.apache.hadoop.fs.Path(f"s3a://{loc.repository}/")
+        fs = root.getFileSystem(_hadoop_conf(self.spark))
+        # The S3 client S3A itself uses for this bucket (the lakeFS gateway, the job's credentials).
+        s3 = fs.getS3AInternals().getAmazonS3Client("lakefence: remove directory markers")
+        model = jvm.software.amazon.awssdk.services.s3.model
+        removed = []
+        for directory in sorted(directory_marker_candidates(self.written), key=len, reverse=True):
+            if _marker_size(s3, model, loc.repository, f"{loc.staging_branch}/{directory}") != 0:
+                continue
+            if _marker_size(s3, model, loc.repository, f"{loc.input_commit}/{directory}") is not None:
+                continue
+            s3.deleteObject(
+                model.DeleteObjectRequest.builder()
+                .bucket(loc.repository)
+                .key(f"{loc.staging_branch}/{directory}")
+                .build()
+            )
+            removed.append(directory)
+        return removed
 
     @staticmethod
     def _no_s3a(what: str) -> str:
@@ -480,8 +518,39 @@ class LakefenceJob:
     def __enter__(self) -> LakefenceJob:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.remove_directory_markers()
+        finally:
+            self.stop()
+
+
+def directory_marker_candidates(paths: Iterable[str]) -> set[str]:
+    """The directories (``a/``, ``a/b/``) at and above each written path, where S3A may leave markers.
+
+    :param paths: output paths in the repository (``tables/t/`` or ``tables/t/part.parquet``).
+    """
+    found: set[str] = set()
+    for path in paths:
+        parts = [part for part in path.strip("/").split("/") if part]
+        if not path.endswith("/"):
+            parts = parts[:-1]  # a file's own name is not a directory
+        for depth in range(1, len(parts) + 1):
+            found.add("/".join(parts[:depth]) + "/")
+    return found
+
+
+def _marker_size(s3: Any, model: Any, bucket: str, key: str) -> int | None:
+    """The size of object ``key``, ``None`` when it does not exist."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        return int(s3.headObject(model.HeadObjectRequest.builder().bucket(bucket).key(key).build()).contentLength())
+    except Py4JJavaError as exc:
+        if "NoSuchKey" in str(exc) or "404" in str(exc):
+            return None
+        raise
 
 
 def lakefence_spark_session(

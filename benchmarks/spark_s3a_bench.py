@@ -77,6 +77,8 @@ def _build_dags(job: str, files: int) -> dict[str, Any]:
             "spark.log.level": "WARN",
             "spark.pyspark.python": sys.executable,
             "spark.driver.memory": "2g",
+            # Workspace mode: no .crc files next to the parquet files the operator uploads.
+            "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         }
     )
     common: dict[str, Any] = {
@@ -165,6 +167,8 @@ def _rows_at(repo: Any, ref: str) -> tuple[int, int]:
     files = rows = 0
     for obj in repo.ref(ref).objects(prefix=OUTPUT):
         files += 1
+        if not obj.path.endswith(".parquet"):
+            raise SystemExit(f"unexpected object {obj.path} at {ref}")
         with repo.ref(ref).object(obj.path).reader(mode="rb", pre_sign=False) as fd:
             rows += pq.read_metadata(io.BytesIO(fd.read())).num_rows
     return files, rows
@@ -202,10 +206,9 @@ def main(argv: list[str] | None = None) -> int:
 
         client = lakefs.Client(host=lakefs_proxy.url, username=key, password=secret)
         name = f"s3a-bench-{uuid.uuid4().hex[:8]}"
-        repo = lakefs.Repository(name, client=client).create(
-            storage_namespace=f"{args.storage_namespace.rstrip('/')}/{name}" if "://" in args.storage_namespace[:-1]
-            else f"{args.storage_namespace}{name}"
-        )  # fmt: skip
+        prefix = args.storage_namespace
+        namespace = prefix + name if prefix.endswith("://") else f"{prefix.rstrip('/')}/{name}"
+        repo = lakefs.Repository(name, client=client).create(storage_namespace=namespace)
         started = time.perf_counter()
         input_commit = _seed(repo, args.rows, args.files)
         print(f"seeded {args.rows:,} rows in {args.files} files in {time.perf_counter() - started:.1f} s", flush=True)

@@ -76,6 +76,9 @@ def test_cluster_publishes_despite_spark_retries_and_never_shows_the_secret(
     # The failed job's task files and _temporary tree are gone (S3A keeps only an empty directory
     # marker, which the overwrite of the second write removes).
     assert "probe: files left by the failed write: []" in output
+    # ...and the overwrite's delete of that marker made S3A create one for its parent: the job
+    # helper removed it (otherwise "tables/" would fall outside output_prefixes: fail-closed).
+    assert "probe: directory markers removed: ['tables/']" in output
     assert f"probe wrote {ROWS} rows in 3 files" in output
 
     # The task log (spark-submit's logged command and all job output).

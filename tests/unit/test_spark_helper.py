@@ -13,6 +13,7 @@ from airflow_lakefence.spark import (
     LakefenceJob,
     S3AConfigError,
     configure_s3a,
+    directory_marker_candidates,
     hadoop_aws_coordinate,
     kubernetes_secret_conf,
     lakefence_locations,
@@ -223,7 +224,7 @@ def test_a_mismatched_hadoop_aws_on_the_classpath_is_a_clear_error() -> None:
     assert s3a_enabled(_Spark(_HadoopConf(), matching), {}) is True
 
 
-def test_session_configures_s3a_and_refuses_direct_mode_without_it() -> None:
+def test_session_configures_s3a_and_refuses_direct_mode_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
     class Builder:
         def __init__(self, spark: _Spark) -> None:
             self.spark, self.name = spark, None
@@ -235,12 +236,18 @@ def test_session_configures_s3a_and_refuses_direct_mode_without_it() -> None:
         def getOrCreate(self) -> _Spark:
             return self.spark
 
+    cleaned: list[set[str]] = []
+    monkeypatch.setattr(LakefenceJob, "remove_directory_markers", lambda self: cleaned.append(set(self.written)))
     hadoop = _HadoopConf()
     direct = {**ENV, **CREDS, "LAKEFENCE_WRITE_MODE": "direct"}
     with lakefence_spark_session("app", builder=Builder(_Spark(hadoop)), environ=direct) as job:
         assert job.s3a and job.output_uri("t/").startswith("s3a://repo/lakefence-")
         assert hadoop.values["fs.s3a.bucket.repo.access.key"] == "AKIAKEY"
     assert job.spark.stopped
+    assert cleaned == [{"t/"}]  # S3A's directory markers are removed after a successful job...
+    with pytest.raises(ZeroDivisionError), lakefence_spark_session(builder=Builder(_Spark(hadoop)), environ=direct):
+        1 / 0  # noqa: B018
+    assert len(cleaned) == 1  # ...not after a failed one (nothing is staged then)
 
     plain = _Spark(_HadoopConf(loadable=False))
     job = lakefence_spark_session(builder=Builder(plain), environ=direct)
@@ -300,3 +307,12 @@ def test_yarn_credential_provider_conf() -> None:
     }
     with pytest.raises(InvalidInputError):
         yarn_credential_provider_conf("/local/path.jceks")
+
+
+def test_directory_marker_candidates_are_the_output_dirs_and_their_ancestors() -> None:
+    assert directory_marker_candidates(["tables/daily/", "/tables/other/x.parquet", "top.csv"]) == {
+        "tables/",
+        "tables/daily/",
+        "tables/other/",
+    }
+    assert directory_marker_candidates([]) == set()

@@ -85,6 +85,7 @@ def main() -> None:
             sc.setLocalProperty(_FAIL_ALL, None)
             print(f"probe: files left by the failed write: {_files_under(spark, job.output_uri(OUTPUT))}")
         write()
+        print(f"probe: directory markers removed: {job.remove_directory_markers()}")
         written = spark.read.parquet(job.output_uri(OUTPUT)).count()
         print(f"probe wrote {written} rows in {partitions} files from input commit {job.locations.input_commit}")
         if spec.get("dump_dir"):
