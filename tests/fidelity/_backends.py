@@ -8,6 +8,7 @@ own answers.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +31,13 @@ class Endpoint:
     secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY
 
 
+# lakeFS v1.86's cherry-pick alters the picked commit's record in its commit cache (the metadata
+# map is shared), after which the commit's id no longer resolves and logs through it fail until
+# the entry expires (10 minutes by default). The reference instance runs with entries expiring
+# at once, so that the comparison is with lakeFS's stored state rather than with that bug.
+_REAL_ENV = {"LAKEFS_GRAVELER_COMMIT_CACHE_EXPIRY": "1ns", "LAKEFS_GRAVELER_COMMIT_CACHE_JITTER": "1ns"}
+
+
 @contextmanager
 def real_lakefs() -> Iterator[Endpoint]:
     """Run a real lakeFS (built or cached by the project's launcher) in a temporary directory.
@@ -37,10 +45,21 @@ def real_lakefs() -> Iterator[Endpoint]:
     :raises GoToolchainMissingError: without a cached binary and without ``go``.
     """
     root = tempfile.mkdtemp(prefix="lakefence-fidelity-real-")
+    saved = {key: os.environ.get(key) for key in _REAL_ENV}
     try:
-        with RealLakeFS(ensure_lakefs_binary(), root, log_level="ERROR") as real:
-            yield Endpoint("real", real.url, real.access_key_id, real.secret_access_key)
+        # The launcher passes this process's environment on to lakeFS.
+        os.environ.update(_REAL_ENV)
+        real = RealLakeFS(ensure_lakefs_binary(), root, log_level="ERROR").start()
     finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        yield Endpoint("real", real.url, real.access_key_id, real.secret_access_key)
+    finally:
+        real.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

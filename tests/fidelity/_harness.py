@@ -289,8 +289,14 @@ class Generator:
             headers["X-Lakefs-Meta-" + self.pick(["owner", "my_key", "Mixed-Case"])] = self.pick(["v1", "v2"])
         if self.maybe(0.1):
             headers["If-None-Match"] = "*"
+        path = self.path()
+        # Contents differ between paths (only f.txt may be empty): lakeFS v1.86's merge takes
+        # "the base's entry" of a key added on both sides from the next base key, and an equal
+        # object there hides the conflict (docs/lakefs-server.md). Not emulated.
+        content = self.pick(CONTENTS)
+        data = content if path == "f.txt" else path.encode() + b":" + content
         return Op("upload", "POST", f"{r}/branches/{self.branch()}/objects",
-                  params={"path": self.path()}, data=self.pick(CONTENTS), headers=headers)
+                  params={"path": path}, data=data, headers=headers)
 
     def op_delete(self, r: str) -> Op:
         branch = self.branch()

@@ -497,7 +497,7 @@ class HistoryMixin(StoreBase):
                 repo,
                 parents=[head.id],
                 committer=self.committer,
-                message=message or f"Revert {target.id}",
+                message=message or f"Revert {ref}",
                 meta_range_id=tree,
                 metadata=metadata if metadata is not None else {},
                 generation=head.generation + 1,

@@ -414,10 +414,17 @@ class Tx:
         return False
 
     def set_branch(self, repo: str, branch: str, commit_id: str) -> None:
-        """Point a branch at a commit; a new commit or merge also drops its sealed changes."""
+        """Point a branch at a new commit (commit, merge, revert, cherry-pick).
+
+        Like lakeFS, which seals the staging area when the operation starts and drops it when
+        it lands, this drops the branch's staged rows: after a commit they are in the commit;
+        the others require a clean branch, so what is left are removals of paths the tree did
+        not have (they would otherwise take effect once a later commit adds those paths).
+        """
         self.conn.execute(
             "UPDATE branches SET commit_id = ? WHERE repo = ? AND name = ?", (commit_id, repo, branch)
         )
+        self.conn.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
         self.drop_sealed(repo, branch)
 
     def is_dirty(self, repo: str, branch: str, meta_range_id: str) -> bool:
