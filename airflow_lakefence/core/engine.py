@@ -664,20 +664,39 @@ class PublishEngine:
             **encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
 
-        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
-            # Every round reads the target afresh: a write that landed although its answer was lost
-            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
-            # merge acts on the head read before the job at once: lakeFS refuses it if the head moved.
-            head, decision = early_head, decide_publish(early_head, input_commit, attempt, changed, staged.id)
-            if answer_lost or not self._hard_fence or not (
-                decision.action is Action.MERGE
-                or (decision.action is not Action.NOOP and self.request.replace_by_merge)
-            ):
-                head = self._target_head()
-                decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+        def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
             return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head)
+
+        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
+            # Every round reads the target afresh: a write that landed although its answer was lost
+            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
+            # merge acts at once on the head read before the job, and the target is read only when
+            # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
+            refused: PublishRaceError | None = None
+            if self._hard_fence and not answer_lost:
+                decision = decide_publish(early_head, input_commit, attempt, changed, staged.id)
+                optimistic = decision.action is Action.MERGE or (
+                    decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
+                )
+                if optimistic:
+                    try:
+                        return act_on(early_head, decision)
+                    except PublishRaceError as exc:
+                        # Refused by the fence, or a conflict with what moved the head: nothing landed.
+                        if not isinstance(exc, HardFenceRaceError) and not isinstance(
+                            exc.__cause__, LakeFSConflictError
+                        ):
+                            raise
+                        self.log.info("%s: reading the target to decide again", exc)
+                        refused = exc
+            head = self._target_head()
+            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+            if refused is not None and decision.action is Action.FAIL_CLOSED:
+                # The fence lost the race to a writer the table cannot explain: say both.
+                raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
+            return act_on(head, decision)
 
         return self._settle("publish", publish_round, lambda _exc: None)
 

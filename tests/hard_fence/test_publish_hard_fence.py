@@ -189,10 +189,43 @@ def test_a_foreign_commit_during_the_job_is_refused_by_lakefs(
     assert isinstance(run.error, HardFenceRaceError) and isinstance(run.error, PublishFenceError)
     assert foreign[0] in str(run.error) and input_commit in str(run.error)
     assert head(repo) == foreign[0] and tree(repo, "main")["in/other.txt"] == b"theirs"
-    # Failed closed with evidence: the staging branch is kept, marked; no head read before the merge.
+    # Failed closed with evidence: the staging branch is kept, marked. The target is read only after
+    # lakeFS refused the merge (to tell a foreign commit from an earlier try's publication).
     kept = leftovers(adapter, repo)
     assert kept == [run.error.staging_branch]
-    assert run.after == {"upload_object": 1, "commit": 2, "merge": 1}
+    assert run.after == {"upload_object": 1, "commit": 2, "merge": 1, "get_commit": 1}
+
+
+def test_an_earlier_try_publishing_during_the_job_is_replaced_after_the_refusal(
+    adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = fenced
+    zombie: list[str] = []
+
+    def zombie_publishes() -> None:  # try 1, already cleared, publishes while try 2's job runs
+        saved = Counter(adapter.calls)
+        run = publish(adapter, repo, input_commit, 1, {"out/a.txt": "try1", "out/only1.txt": "x"}, hard_fence="require")
+        assert run.result is not None
+        zombie.append(run.result.output_ref)
+        adapter.calls.clear()
+        adapter.calls.update(saved)
+
+    second = publish(
+        adapter, repo, input_commit, 2, {"out/a.txt": "try2"}, during_job=zombie_publishes, hard_fence="require"
+    )
+    assert second.error is None and second.result is not None and second.result.decision == "replace"
+    assert tree(repo, "main") == {"in/data.txt": b"input", "out/a.txt": b"try2"}
+    # The optimistic merge conflicts with the zombie's publication (409: lakeFS recomputed it on the
+    # moved head), the target is read, and the zombie's publication is replaced (hard reset, verified).
+    assert head(repo) == second.result.output_ref
+    assert second.after == {
+        "upload_object": 1,
+        "commit": 1,
+        "merge": 1,
+        "get_commit": 2,
+        "hard_reset": 1,
+        "delete_branch": 1,
+    }
 
 
 def test_a_users_pre_merge_hook_rejection_is_its_own_error(

@@ -24,10 +24,13 @@ from typing import Any
 
 import lakefs
 
+from airflow_lakefence.core.hardfence import is_chain_link
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_prefix
 from airflow_lakefence.failpoints import CRASH_EXIT_CODE, ENV_VAR, POINTS
+from airflow_lakefence.hardfence import install_hard_fence
+from airflow_lakefence.lakefs_client import LakeFSClient
 from tests.reliability.registry import AttemptRegistry
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -587,11 +590,14 @@ def check_invariants(
     stamp_path: str | None = "out/stamp.txt",
     part_prefix: str | None = None,
     secret: str | None = None,
+    hard_resets: bool = True,
 ) -> Verdict:
     """Check the reliability invariants on the final state.
 
     :param outcomes: every attempt by name (``try1``...), crashed ones included.
     :param current: the name of the attempt that is the current try at the end.
+    :param hard_resets: whether replacements were hard resets (the soft fence's documented window
+        for losing a foreign commit); merge-only replacements (the hard fence) have no such excuse.
     """
     verdict = Verdict()
     history = History(repo)
@@ -626,6 +632,8 @@ def check_invariants(
     for view, record in publications:
         if view.parents[:1] == (input_commit,):
             continue
+        if view.parents and is_chain_link(view.metadata, view.parents[0]):
+            continue  # a merge-only replacement on the publication it replaced (checked by lakeFS)
         author = by_ti.get(record.attempt.ti_id)
         if author is None or not author.raised("PublishRaceError"):
             verdict.violations.append(
@@ -645,7 +653,10 @@ def check_invariants(
     resets = [
         e
         for e in events
-        if e["what"] == "decision" and not e["detail"].get("early") and e["detail"]["action"] in ("replace", "relocate")
+        if hard_resets
+        and e["what"] == "decision"
+        and not e["detail"].get("early")
+        and e["detail"]["action"] in ("replace", "relocate")
     ]
     for fid, event in foreign_acked.items():
         if history.reachable(head, fid):
@@ -815,11 +826,20 @@ class RaceReport:
         }
 
 
-def run_race(launcher: Launcher, lake: Lake, workdir: Path, home: Path, scenario: RaceScenario) -> RaceReport:
-    """Run one racing scenario end to end and check the invariants."""
+def run_race(
+    launcher: Launcher, lake: Lake, workdir: Path, home: Path, scenario: RaceScenario, *, fence: str = "soft"
+) -> RaceReport:
+    """Run one racing scenario end to end and check the invariants.
+
+    :param fence: ``soft``, or ``hard``: the hard fence installed on the target before the input
+        commit, the operator requiring it and replacing by merges (docs/hard-fence.md).
+    """
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     repo, input_commit = new_repository(lake)
+    if fence == "hard":
+        adapter = LakeFSClient(lake.url, lake.access_key_id, lake.secret_access_key)
+        input_commit = install_hard_fence(adapter, repo.id, TARGET).head
     registry = AttemptRegistry(workdir / "registry.sqlite")
     env = attempt_env(lake, home)
     key = PublicationKey(DAG_ID, f"race-{scenario.seed}", TASK_ID, -1)
@@ -830,6 +850,8 @@ def run_race(launcher: Launcher, lake: Lake, workdir: Path, home: Path, scenario
         "write_mode": scenario.write_mode,
         "output_prefixes": ["out/"],
     }
+    if fence == "hard":
+        operator.update(hard_fence="require", replace_by_merge=True)
     job = scenario.job()
     ti1 = registry.new_try(key.dag_id, key.run_id, key.task_id)
     first = spawn_attempt(launcher, workdir, env, registry, operator, job, ti_id=ti1, delays=scenario.delays["try1"])
@@ -871,7 +893,9 @@ def run_race(launcher: Launcher, lake: Lake, workdir: Path, home: Path, scenario
         stamp_path="out/stamp.txt" if scenario.output in ("stamp", "both") else None,
         part_prefix="out/parts/" if scenario.output in ("parts", "both") else None,
         secret=lake.secret_access_key,
+        hard_resets=fence == "soft",
     )
+    verdict.notes["fence"] = fence
     verdict.notes["foreign_failed"] = [e["detail"] for e in registry.events() if e["what"] == "foreign_failed"]
     check_cleaner(lake, repo, key, registry, verdict)
     summary = {

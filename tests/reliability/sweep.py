@@ -25,15 +25,48 @@ from tests.reliability.harness import ForkServer, Lake, Launcher, RaceReport, Ra
 
 
 def run_sweep(
-    launcher: Launcher, lake: Lake, seeds: list[int], workers: int, workdir: Path, home: Path
+    launcher: Launcher,
+    lake: Lake,
+    seeds: list[int],
+    workers: int,
+    workdir: Path,
+    home: Path,
+    fence: str = "soft",
 ) -> list[RaceReport]:
-    """Run the scenarios of ``seeds``, ``workers`` at a time."""
+    """Run the scenarios of ``seeds``, ``workers`` at a time, with the ``soft`` or the ``hard`` fence."""
 
     def one(seed: int) -> RaceReport:
-        return run_race(launcher, lake, workdir / f"seed-{seed}", home, RaceScenario.from_seed(seed))
+        return run_race(
+            launcher, lake, workdir / f"{fence}-seed-{seed}", home, RaceScenario.from_seed(seed), fence=fence
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(one, seeds))
+
+
+#: Violation classes (issue 18): what the invariants and the documented holes count as each.
+CLASSES = {
+    "lost_foreign_commits": ("hard_reset_dropped_foreign_commit", "was lost"),
+    "stacked_publications": ("stale_merge_stacked", "did not raise PublishRaceError", "more than one publication"),
+    "stale_publications": ("data of stale try", "stale_xcom_push"),
+}
+
+
+def violation_classes(reports: list[RaceReport]) -> dict[str, int]:
+    """Scenarios per violation class (a documented hole counts as well as a broken invariant)."""
+    counts = dict.fromkeys([*CLASSES, "other_violations"], 0)
+    for report in reports:
+        findings = [*report.verdict.holes, *report.verdict.violations]
+        hit = set()
+        for name, needles in CLASSES.items():
+            if any(needle in finding for finding in findings for needle in needles):
+                hit.add(name)
+        other = [v for v in report.verdict.violations if not any(n in v for ns in CLASSES.values() for n in ns)]
+        if other:
+            hit.add("other_violations")
+        for name in hit:
+            counts[name] += 1
+    return counts
 
 
 def summarize(reports: list[RaceReport]) -> dict[str, Any]:
@@ -52,6 +85,7 @@ def summarize(reports: list[RaceReport]) -> dict[str, Any]:
         "passed": sum(r.verdict.ok for r in reports),
         "violations": {r.scenario.seed: r.verdict.violations for r in reports if not r.verdict.ok},
         "holes": dict(holes),
+        "violation_classes": violation_classes(reports),
         "outcomes": dict(sorted(outcomes.items())),
         "decisions": dict(sorted(decisions.items())),
         "with_foreign_writer": sum(bool(r.scenario.foreign) for r in reports),
@@ -67,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=3, help="scenarios run at a time (default 3)")
     parser.add_argument("--json", help="write every scenario's report and the summary here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, registries)")
+    parser.add_argument(
+        "--fence",
+        choices=("soft", "hard", "both"),
+        default="soft",
+        help="the soft fence, the hard fence (lakeFS pre-merge hook, merge-only replacement), or both side by side",
+    )
     args = parser.parse_args(argv)
 
     import logging
@@ -78,22 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="lakefence-sweep-"))
     home = root / "airflow-home"
     home.mkdir()
-    started = time.monotonic()
+    fences = ["soft", "hard"] if args.fence == "both" else [args.fence]
+    summaries: dict[str, dict[str, Any]] = {}
+    all_reports: dict[str, list[RaceReport]] = {}
     with LakeFSServer(root / "lakefs") as server:
         lake = Lake(server.url, server.access_key_id, server.secret_access_key)
         launcher = ForkServer(attempt_env(lake, home))
         try:
             seeds = list(range(args.first, args.first + args.seeds))
-            reports = run_sweep(launcher, lake, seeds, args.workers, root / "runs", home)
+            for fence in fences:
+                started = time.monotonic()
+                reports = run_sweep(launcher, lake, seeds, args.workers, root / "runs", home, fence)
+                summaries[fence] = summarize(reports)
+                summaries[fence]["wall_seconds"] = round(time.monotonic() - started, 1)
+                summaries[fence]["workers"] = args.workers
+                all_reports[fence] = reports
         finally:
             launcher.close()
-    summary = summarize(reports)
-    summary["wall_seconds"] = round(time.monotonic() - started, 1)
-    summary["workers"] = args.workers
+    summary = summaries[fences[0]] if len(fences) == 1 else summaries
     print(json.dumps(summary, indent=2))
+    if len(fences) > 1:
+        print(side_by_side(summaries), file=sys.stderr)
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"summary": summary, "reports": [r.summary() for r in reports]}, indent=2)
+            json.dumps(
+                {"summary": summary, "reports": {f: [r.summary() for r in rs] for f, rs in all_reports.items()}},
+                indent=2,
+            )
         )
     if args.keep:
         print(f"work directory kept: {root}", file=sys.stderr)
@@ -101,7 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if not summary["violations"] else 1
+    return 0 if not any(s["violations"] for s in summaries.values()) else 1
+
+
+def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
+    """A Markdown table of the violation classes per fence."""
+    names = list(summaries)
+    rows = ["| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    rows.append(
+        "| scenarios passing | " + " | ".join(f"{s['passed']} / {s['scenarios']}" for s in summaries.values()) + " |"
+    )
+    for cls in next(iter(summaries.values()))["violation_classes"]:
+        rows.append(f"| {cls} | " + " | ".join(str(s["violation_classes"][cls]) for s in summaries.values()) + " |")
+    rows.append("| holes | " + " | ".join(json.dumps(s["holes"]) for s in summaries.values()) + " |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
