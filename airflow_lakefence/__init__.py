@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "FencedSparkPublishOperator": "airflow_lakefence.operators.fenced_spark",
+    "FencedPythonPublishOperator": "airflow_lakefence.operators.fenced_python",
     "LakeFSResolveRefOperator": "airflow_lakefence.operators.resolve_ref",
     "LakeFSStagingCleanupOperator": "airflow_lakefence.operators.cleanup",
     "AbandonedPublicationSensor": "airflow_lakefence.sensors.abandoned",
@@ -54,10 +55,14 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "lakeFS",
                 "python-modules": [
                     "airflow_lakefence.operators.fenced_spark",
+                    "airflow_lakefence.operators.fenced_python",
                     "airflow_lakefence.operators.resolve_ref",
                     "airflow_lakefence.operators.cleanup",
                 ],
             }
+        ],
+        "task-decorators": [
+            {"name": "lakefs_publish", "class-name": "airflow_lakefence.decorators.lakefs_publish.lakefs_publish_task"}
         ],
         "hooks": [{"integration-name": "lakeFS", "python-modules": ["airflow_lakefence.hooks.lakefs"]}],
         "sensors": [

@@ -1,7 +1,13 @@
 """Operators of airflow-lakefence."""
 
 from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator
+from airflow_lakefence.operators.fenced_python import FencedPythonPublishOperator
 from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
 from airflow_lakefence.operators.resolve_ref import LakeFSResolveRefOperator
 
-__all__ = ["FencedSparkPublishOperator", "LakeFSResolveRefOperator", "LakeFSStagingCleanupOperator"]
+__all__ = [
+    "FencedPythonPublishOperator",
+    "FencedSparkPublishOperator",
+    "LakeFSResolveRefOperator",
+    "LakeFSStagingCleanupOperator",
+]

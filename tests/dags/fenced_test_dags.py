@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset
+from airflow.sdk import DAG, Asset, task
 
-from airflow_lakefence.operators import FencedSparkPublishOperator
+from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator
 
 HERE = Path(__file__).resolve().parent
 FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -88,3 +88,70 @@ ASSET_REPOSITORY = "lakefence-assets"
 OUT_ASSET = Asset(f"lakefs://{ASSET_REPOSITORY}/main/out/")
 with _dag("lf_test_assets", retries=1) as assets_dag:
     _fenced("publish", write_mode="workspace", allow_empty_workspace=True, outlets=[OUT_ASSET])
+
+
+# -- the Python adapter: the same spec, written by a Python function ---------------------------
+
+
+def write_spec(lakefence: Any, dag_run: Any = None) -> int:
+    """The Python twin of tests/jobs/write_job.py: write the run's ``job`` spec for this attempt."""
+    import tempfile
+
+    spec = dict(dag_run.conf.get("job", {}))
+    if spec.get("fail"):
+        raise RuntimeError("function failing on purpose")
+    files = dict(spec.get("files", {}))
+    if lakefence.staging_branch and "-t1-" in lakefence.staging_branch:
+        files.update(spec.get("first_try_files", {}))
+    if spec.get("stamp_path"):
+        files[spec["stamp_path"]] = lakefence.staging_branch or "read-only"
+    if spec.get("read_input"):  # the input commit's object, copied: proves the function reads the pinned input
+        files[spec["read_input"]["to"]] = lakefence.client.read_object(
+            lakefence.repository, lakefence.input_commit, spec["read_input"]["from"]
+        ).decode()
+    for path, text in files.items():
+        if lakefence.workspace is not None:
+            target = lakefence.workspace / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        else:
+            with tempfile.NamedTemporaryFile("w", delete=False) as fd:
+                fd.write(text)
+            lakefence.client.upload_file(lakefence.repository, lakefence.staging_branch, path, fd.name)
+    return len(files)
+
+
+def _fenced_python(task_id: str, **kwargs: object) -> FencedPythonPublishOperator:
+    return FencedPythonPublishOperator(
+        task_id=task_id,
+        python_callable=write_spec,
+        repository="{{ dag_run.conf['repository'] }}",
+        target_branch="{{ dag_run.conf['target'] }}",
+        input_ref="{{ dag_run.conf['input_ref'] }}",
+        stale_grace_period=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+with _dag("lf_py_workspace") as py_workspace_dag:
+    _fenced_python("publish", output_prefixes="{{ dag_run.conf.get('output_prefixes') }}")
+
+with _dag("lf_py_direct") as py_direct_dag:
+    _fenced_python("publish", write_mode="direct", output_prefixes="{{ dag_run.conf.get('output_prefixes') }}")
+
+with _dag("lf_py_retry", retries=1) as py_retry_dag:
+    _fenced_python("publish", allow_empty_workspace=True)
+
+with _dag("lf_py_taskflow", retries=1) as py_taskflow_dag:
+
+    @task.lakefs_publish(
+        repository="{{ dag_run.conf['repository'] }}",
+        target_branch="{{ dag_run.conf['target'] }}",
+        input_ref="{{ dag_run.conf['input_ref'] }}",
+        stale_grace_period=0,
+        allow_empty_workspace=True,
+    )
+    def publish(lakefence: Any, dag_run: Any = None) -> int:
+        return write_spec(lakefence, dag_run)
+
+    publish()
