@@ -96,21 +96,31 @@ def test_first_parent_by_version(version: int, parents: tuple[str, ...], first: 
     assert HeadState("x", parents, {}, version).first_parent == first
 
 
-def test_decision_is_total_over_a_grid() -> None:
-    """Every combination of the inputs that matter yields exactly one well-formed decision."""
+def test_decision_properties_over_a_grid() -> None:
+    """Every combination of the inputs that matter: what each action requires, and what it reports."""
     heads = [INPUT, H]
     parent_sets = [(), (INPUT,), (H,), (INPUT, "s"), ("s", INPUT)]
     records = [None, ME, EARLIER, AttemptId(KEY, 9, "n"), AttemptId(OTHER_KEY, 1, "o")]
     for commit_id, parents, record, version, changed in itertools.product(
         heads, parent_sets, records, (0, 1), (True, False)
     ):
-        metadata = meta(record) if record else {}
-        state = HeadState(commit_id, parents, metadata, version)
+        state = HeadState(commit_id, parents, meta(record) if record else {}, version)
         decision = decide_publish(state, INPUT, ME, changed, C if changed else INPUT)
-        if decision.action is Action.FAIL_CLOSED:
-            assert decision.output_ref is None
-        elif decision.action is Action.MERGE:
-            assert changed and commit_id == INPUT
+        on_input = state.first_parent == INPUT and record is not None and record.key == KEY
+        expected = {
+            Action.MERGE: (commit_id == INPUT and changed, None),
+            Action.NOOP: (commit_id == INPUT and not changed, INPUT),
+            Action.IDEMPOTENT: (commit_id != INPUT and on_input and record == ME, commit_id),
+            Action.REPLACE: (commit_id != INPUT and on_input and record == EARLIER and changed, C),
+            Action.RELOCATE: (commit_id != INPUT and on_input and record == EARLIER and not changed, INPUT),
+        }
+        case = (commit_id[:1], parents, record, version, changed)
+        allowed = [action for action, (applies, _) in expected.items() if applies]
+        assert len(allowed) <= 1, case
+        if allowed:
+            assert decision.action is allowed[0], (case, decision.reason)
+            assert decision.output_ref == expected[allowed[0]][1], case
         else:
-            assert decision.output_ref in {INPUT, C, commit_id}
+            assert decision.action is Action.FAIL_CLOSED, (case, decision.reason)
+            assert decision.output_ref is None
         assert decision.reason
