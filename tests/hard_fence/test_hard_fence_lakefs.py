@@ -18,7 +18,11 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core import hardfence as hf
-from airflow_lakefence.exceptions import LakeFSPreconditionFailedError
+from airflow_lakefence.exceptions import (
+    LakeFSHardFenceRejectedError,
+    LakeFSHookRejectedError,
+    LakeFSPreconditionFailedError,
+)
 from airflow_lakefence.hardfence import check_hard_fence, install_hard_fence, probe_hard_fence
 from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
@@ -36,8 +40,14 @@ def fenced_merge(adapter: CountingClient, repo: lakefs.Repository, source: str, 
 
 
 def rejection(exc: LakeFSPreconditionFailedError) -> hf.MergeRejection:
+    """Classify a refused merge, checking that the adapter raised the matching class."""
     assert exc.status == 412 and exc.operation == "merge"
-    return hf.classify_rejection(str(exc))
+    found = hf.classify_rejection(str(exc))
+    assert isinstance(exc, LakeFSHookRejectedError) and exc.run_id == found.run_id
+    assert isinstance(exc, LakeFSHardFenceRejectedError) == (found.kind is hf.RejectionKind.HARD_FENCE)
+    if isinstance(exc, LakeFSHardFenceRejectedError):
+        assert (exc.found_head, exc.expected_head) == (found.found_head, found.expected_head)
+    return found
 
 
 def test_install_check_and_probe_cost_and_outcome(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> None:
