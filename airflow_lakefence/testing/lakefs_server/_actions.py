@@ -12,25 +12,30 @@ As lakeFS does (``pkg/actions``, ``pkg/catalog/actions_source.go``):
   metadata, parents}``, ``parents[1]`` being the destination HEAD) and ``args``.
 
 Only pre-merge Lua hooks run; an action with another hook type fails the merge with a clear message
-rather than being skipped silently. The ``lakefs`` Lua module (calls back into the server) is not
-provided.
+rather than being skipped silently. The ``lakefs`` Lua module (``require("lakefs")``) has the read
+functions lakeFS's has, answering as lakeFS's do (checked against lakeFS v1.86.0): ``diff_refs``
+(three-dot) and ``list_objects`` return ``(status, table)``; ``stat_object`` returns ``(status,
+JSON text)``; ``get_object`` ``(status, content)``. They read inside the merge's transaction, so
+they see the merge commit (``action.commit_id``) before the branch moves, as in lakeFS.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import uuid
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._render import diff_list, object_stats_list
 
 if TYPE_CHECKING:
     from airflow_lakefence.testing.lakefs_server._model import Commit
     from airflow_lakefence.testing.lakefs_server._tx import Tx
 
 ACTIONS_PREFIX = "_lakefs_actions/"
+DEFAULT_AMOUNT = 100
 PRE_MERGE = "pre-merge"
 
 
@@ -111,6 +116,49 @@ def _to_lua(lua: Any, value: Any) -> Any:
     return value
 
 
+def _lakefs_module(lua: Any, tx: Tx) -> Any:
+    """The ``lakefs`` Lua module: lakeFS's read functions, served from the hook's transaction."""
+    store: Any = tx.store
+
+    def answer(call: Any, as_text: bool = False) -> tuple[int, Any]:
+        try:
+            status, body = 200, call()
+        except errors.ApiError as exc:
+            status, body = exc.status, exc.body
+        if isinstance(body, bytes | str):
+            return status, body
+        # lakeFS's stat_object hands the hook the JSON text of the API answer.
+        return status, json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n" if as_text else _to_lua(lua, body)
+
+    def diff_refs(repo: str, left: str, right: str, after: Any = None, prefix: Any = None,
+                  delimiter: Any = None, amount: Any = None) -> tuple[int, Any]:
+        return answer(lambda: diff_list(store.diff_refs(
+            repo, str(left), str(right), diff_type="three_dot", prefix=prefix or "", after=after or "",
+            delimiter=delimiter or "", limit=int(amount or DEFAULT_AMOUNT), tx=tx,
+        )))
+
+    def list_objects(repo: str, ref: str, after: Any = None, prefix: Any = None,
+                     delimiter: Any = None, amount: Any = None) -> tuple[int, Any]:
+        return answer(lambda: object_stats_list(store.list_objects(
+            repo, str(ref), prefix=prefix or "", after=after or "", delimiter=delimiter or "",
+            limit=int(amount or DEFAULT_AMOUNT), tx=tx,
+        )))
+
+    def stat_object(repo: str, ref: str, path: str) -> tuple[int, Any]:
+        return answer(lambda: store.stat_object(repo, str(ref), str(path), tx=tx).stats(str(path)), as_text=True)
+
+    def get_object(repo: str, ref: str, path: str) -> tuple[int, Any]:
+        def read() -> str:
+            entry = store.stat_object(repo, str(ref), str(path), tx=tx)
+            return str(store.blob_path(entry.blob).read_bytes().decode("utf-8", "replace"))
+
+        return answer(read, as_text=True)
+
+    return lua.table_from(
+        {"diff_refs": diff_refs, "list_objects": list_objects, "stat_object": stat_object, "get_object": get_object}
+    )
+
+
 def _run_lua(script: str, table: Any, args: Mapping[str, Any], lua: Any) -> str | None:
     """Run ``script``; return the error text, ``None`` when it succeeded."""
     lua.globals().action = table
@@ -137,7 +185,7 @@ def run_pre_merge_hooks(tx: Tx, *, repo: str, branch: str, source_ref: str, sour
     files = _action_files(tx, source.meta_range_id)
     if not files:
         return
-    run_id = uuid.uuid4().hex[:20]
+    run_id = errors.run_id()
     failures: list[str] = []
     import lupa
 
@@ -167,6 +215,7 @@ def run_pre_merge_hooks(tx: Tx, *, repo: str, branch: str, source_ref: str, sour
                 failures.append(f"hook run id '{hook_run}' failed on action '{name}' hook '{hook_id}': no script")
                 continue
             lua = lupa.LuaRuntime(unpack_returned_tuples=True, register_eval=False)
+            lua.globals().package.loaded.lakefs = _lakefs_module(lua, tx)
             table = _action_table(
                 lua,
                 action_name=name,

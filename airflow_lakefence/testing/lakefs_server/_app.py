@@ -18,18 +18,17 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._render import MAX_PER_PAGE, diff_list, object_stats_list, pagination
 from airflow_lakefence.testing.lakefs_server._store import (
     DEFAULT_CONTENT_TYPE,
     DELETE_OBJECTS_MAX,
     Entry,
-    Page,
     Store,
 )
 from airflow_lakefence.testing.lakefs_server.controls import Controls, Fault
 
 LAKEFS_VERSION = "1.88.0"
 DEFAULT_PER_PAGE = 100
-MAX_PER_PAGE = 1000
 META_HEADER_PREFIX = "x-lakefs-meta-"
 INTERNAL_HEADER_PREFIX = "x-lakefs-internal-"
 INTERNAL_METADATA_PREFIX = "::lakefs::"
@@ -280,34 +279,6 @@ def _path(request: Request, name: str = "path") -> str:
     return value
 
 
-def _pagination(page_results: list[dict[str, Any]], has_more: bool, token_field: str) -> dict[str, Any]:
-    return {
-        "has_more": has_more,
-        "next_offset": page_results[-1][token_field] if has_more and page_results else "",
-        "results": len(page_results),
-        "max_per_page": MAX_PER_PAGE,
-    }
-
-
-def _diff_results(page: Page, right_stats: bool = False) -> dict[str, Any]:
-    results = []
-    for path, item in page.items:
-        if item is None:
-            results.append({"type": "prefix_changed", "path": path, "path_type": "common_prefix"})
-            continue
-        kind, entry = item
-        result = {"type": kind, "path": path, "path_type": "object", "size_bytes": entry.size}
-        if right_stats:
-            result["right"] = {
-                "checksum": entry.checksum,
-                "content_type": entry.content_type,
-                "mtime": entry.mtime,
-                "metadata": dict(entry.metadata),
-            }
-        results.append(result)
-    return {"pagination": _pagination(results, page.has_more, "path"), "results": results}
-
-
 def _file_chunks(handle: BinaryIO, remaining: int) -> Iterator[bytes]:
     try:
         while remaining > 0:
@@ -500,7 +471,7 @@ class LakeFSApp:
             request.args.get("prefix", ""), request.args.get("after", ""), _amount(request)
         )
         results = [r.to_api() for r in repos]
-        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+        return json_response(200, {"pagination": pagination(results, has_more, "id"), "results": results})
 
     def op_createRepository(self, request: Request) -> Response:
         body = _body(request)
@@ -572,7 +543,7 @@ class LakeFSApp:
             show_hidden,
         )
         results = [{"id": name, "commit_id": commit_id} for name, commit_id in refs]
-        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+        return json_response(200, {"pagination": pagination(results, has_more, "id"), "results": results})
 
     def op_listTags(self, request: Request, repository: str) -> Response:
         return self._ref_list(request, repository, "tags", True)
@@ -715,7 +686,7 @@ class LakeFSApp:
             stop_at=request.args.get("stop_at", ""),
         )
         results = [c.to_api() for c in commits]
-        return json_response(200, {"pagination": _pagination(results, has_more, "id"), "results": results})
+        return json_response(200, {"pagination": pagination(results, has_more, "id"), "results": results})
 
     # --- diff and merge -----------------------------------------------------------------
 
@@ -731,7 +702,7 @@ class LakeFSApp:
             delimiter=request.args.get("delimiter", ""),
             limit=_amount(request),
         )
-        return json_response(200, _diff_results(page, _bool(request, "include_right_stats")))
+        return json_response(200, diff_list(page, _bool(request, "include_right_stats")))
 
     def op_diffBranch(self, request: Request, repository: str, branch: str) -> Response:
         page = self.store.diff_branch(
@@ -742,7 +713,7 @@ class LakeFSApp:
             delimiter=request.args.get("delimiter", ""),
             limit=_amount(request),
         )
-        return json_response(200, _diff_results(page))
+        return json_response(200, diff_list(page))
 
     def op_mergeIntoBranch(
         self, request: Request, repository: str, sourceRef: str, destinationBranch: str
@@ -880,19 +851,7 @@ class LakeFSApp:
             delimiter=request.args.get("delimiter", ""),
             limit=_amount(request),
         )
-        results: list[dict[str, Any]] = []
-        for path, entry in page.items:
-            if entry is None:
-                results.append(
-                    {"path": path, "path_type": "common_prefix", "physical_address": "", "checksum": "", "mtime": 0}
-                )
-            else:
-                stats = entry.stats(path, with_metadata)
-                # lakeFS leaves out empty metadata in listings (omitempty).
-                if not stats["metadata"]:
-                    del stats["metadata"]
-                results.append(stats)
-        return json_response(200, {"pagination": _pagination(results, page.has_more, "path"), "results": results})
+        return json_response(200, object_stats_list(page, with_metadata))
 
     def _object_headers(self, entry: Entry) -> dict[str, str]:
         return {

@@ -235,6 +235,7 @@ class HistoryMixin(StoreBase):
         after: str,
         delimiter: str,
         limit: int,
+        tx: Tx | None = None,
     ) -> Page:
         """Diff two refs (``two_dot``: trees; ``three_dot``: what merging right into left brings).
 
@@ -249,11 +250,12 @@ class HistoryMixin(StoreBase):
         :param after: pagination token.
         :param delimiter: group common prefixes.
         :param limit: page size.
+        :param tx: read inside this transaction instead of a new snapshot.
         :raises ApiError: 404 unknown refs.
         """
         validate_ref(left, "left")
         validate_ref(right, "right")
-        with self.read() as tx:
+        with self.reading(tx) as tx:
             tx.repository(repo)
             if diff_type == "two_dot":
                 left_commit = tx.resolve_commit(repo, left)

@@ -16,7 +16,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     paginate,
     validate_path,
 )
-from airflow_lakefence.testing.lakefs_server._tx import StoreBase
+from airflow_lakefence.testing.lakefs_server._tx import StoreBase, Tx
 
 
 class ObjectsMixin(StoreBase):
@@ -87,16 +87,17 @@ class ObjectsMixin(StoreBase):
             tx.stage(repo, branch, path, entry)
             return entry
 
-    def stat_object(self, repo: str, ref: str, path: str) -> Entry:
+    def stat_object(self, repo: str, ref: str, path: str, tx: Tx | None = None) -> Entry:
         """Return the entry at ``path`` as seen through ``ref``.
 
         :param repo: repository id.
         :param ref: ref expression.
         :param path: object path.
+        :param tx: read inside this transaction instead of a new snapshot.
         :raises ApiError: 404 if missing.
         """
         validate_path(path)
-        with self.read() as tx:
+        with self.reading(tx) as tx:
             tx.repository(repo)
             found = tx.view_get(repo, tx.resolve(repo, ref), path)
             if found is None:
@@ -104,7 +105,7 @@ class ObjectsMixin(StoreBase):
             return tx.entry(found[1])
 
     def list_objects(
-        self, repo: str, ref: str, *, prefix: str, after: str, delimiter: str, limit: int
+        self, repo: str, ref: str, *, prefix: str, after: str, delimiter: str, limit: int, tx: Tx | None = None
     ) -> Page:
         """List objects and common prefixes; object items carry their :class:`Entry`.
 
@@ -114,9 +115,10 @@ class ObjectsMixin(StoreBase):
         :param after: pagination token.
         :param delimiter: group common prefixes.
         :param limit: page size.
+        :param tx: read inside this transaction instead of a new snapshot.
         :raises ApiError: 404 unknown ref.
         """
-        with self.read() as tx:
+        with self.reading(tx) as tx:
             tx.repository(repo)
             resolved = tx.resolve(repo, ref)
             page = paginate(

@@ -671,6 +671,15 @@ class StoreBase:
                 conn.rollback()
 
     @contextmanager
+    def reading(self, tx: Tx | None) -> Iterator[Tx]:
+        """Use ``tx`` when given (a hook reading inside the merge's transaction), else a new snapshot."""
+        if tx is not None:
+            yield tx
+            return
+        with self.read() as fresh:
+            yield fresh
+
+    @contextmanager
     def write(self) -> Iterator[Tx]:
         """Run a mutation: serialized with every other mutation, committed atomically."""
         with self._connection() as conn:
