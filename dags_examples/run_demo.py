@@ -17,9 +17,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,6 +110,9 @@ def prepare_ui(home: Path, endpoint: str, secret: str, port: int) -> None:
             # A local demo: no login page, and the connection form's Test button enabled.
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+            # One machine runs the API server on SQLite, the scheduler and Spark: on a busy laptop a
+            # task's first Execution-API call can take longer than the 5 s default and fail the try.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         }
     )
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
@@ -153,16 +158,35 @@ def serve_ui(home: Path, rows: int, port: int) -> int:
             "switch the DAG on (or tick 'unpause' in the trigger dialog), press Trigger. Ctrl-C stops.\n",
             flush=True,
         )
-        standalone = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], cwd=home)
+        # Its own process group, so that stopping it stops every Airflow component it started.
+        standalone = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], cwd=home, start_new_session=True)
         try:
             return standalone.wait()
         except KeyboardInterrupt:
-            standalone.terminate()
-            try:
-                return standalone.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                standalone.kill()
-                return standalone.wait()
+            print("\nStopping Airflow and lakeFS...", flush=True)
+            return _stop_group(standalone)
+        finally:
+            # A component that outlived `airflow standalone` (it does not always stop its children).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(standalone.pid, signal.SIGKILL)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> int:
+    """Stop a process group: SIGTERM, then SIGKILL after a minute."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            continue
+    return process.wait()
 
 
 def main() -> int:
@@ -175,6 +199,9 @@ def main() -> int:
     home = (args.home or Path(tempfile.mkdtemp(prefix="lakefence-demo-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     if args.ui:
+        # Ctrl-C, and a plain kill, stop Airflow and lakeFS (also when started from a script).
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
         return serve_ui(home, args.rows, args.port)
 
     import secrets

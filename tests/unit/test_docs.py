@@ -32,11 +32,7 @@ def _setup_cfg() -> configparser.ConfigParser:
 
 def _names(requirements: str) -> set[str]:
     lines = (line.strip() for line in requirements.splitlines())
-    return {
-        re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0].lower()
-        for line in lines
-        if line and line[0] != "#"
-    }
+    return {re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0].lower() for line in lines if line and line[0] != "#"}
 
 
 def test_readme_and_docs_name_the_package_as_pip_does() -> None:
@@ -45,18 +41,14 @@ def test_readme_and_docs_name_the_package_as_pip_does() -> None:
     for page in (REPO / "README.md", DOCS / "index.md"):
         text = page.read_text()
         assert text.splitlines()[0] == f"# {name}", page
-        assert f"pip install {name}" in text and "import airflow_lakefence" in text, (
-            page
-        )
+        assert f"pip install {name}" in text and "import airflow_lakefence" in text, page
 
 
 @pytest.mark.parametrize("page", GITHUB_PAGES, ids=lambda p: p.name)
 def test_pages_use_plain_markdown_links_that_resolve(page: Path) -> None:
     """No MyST roles ({doc}, {ref}: GitHub shows them raw); every relative link names an existing file."""
     text = page.read_text()
-    assert not re.search(r"\{(doc|ref|any|py:\w+)\}`", text), (
-        "a MyST role GitHub would show raw"
-    )
+    assert not re.search(r"\{(doc|ref|any|py:\w+)\}`", text), "a MyST role GitHub would show raw"
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue
@@ -71,10 +63,7 @@ def test_getting_started_names_the_pool_the_unpause_and_the_test_button() -> Non
     assert "test_connection = Enabled" in text
     assert 'pip install ".[examples]"' in text and "run_demo.py --ui" in text
     readme = (REPO / "README.md").read_text()
-    assert (
-        'pip install ".[examples]"' in readme
-        and "python dags_examples/run_demo.py --ui" in readme
-    )
+    assert 'pip install ".[examples]"' in readme and "python dags_examples/run_demo.py --ui" in readme
 
 
 def test_troubleshooting_explains_every_exception_class() -> None:
@@ -105,10 +94,7 @@ def test_protocol_diagram_is_a_mermaid_fence_the_docs_build_renders() -> None:
     ):
         assert error in diagram, error
     conf = (DOCS / "conf.py").read_text()
-    assert (
-        '"sphinxcontrib.mermaid"' in conf
-        and 'myst_fence_as_directive = ["mermaid"]' in conf
-    )
+    assert '"sphinxcontrib.mermaid"' in conf and 'myst_fence_as_directive = ["mermaid"]' in conf
     assert "sphinxcontrib-mermaid" in (REPO / "tox.ini").read_text()
     index = (DOCS / "index.md").read_text()
     for page in ("protocol-diagram", "troubleshooting", "howto/rerun-past-day"):
@@ -122,31 +108,19 @@ def _third_party_imports(path: Path) -> set[str]:
             modules.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module.split(".")[0])
-    return {
-        m
-        for m in modules
-        if m not in __import__("sys").stdlib_module_names and m != "airflow_lakefence"
-    }
+    return {m for m in modules if m not in __import__("sys").stdlib_module_names and m != "airflow_lakefence"}
 
 
 def test_the_examples_need_only_the_package_and_its_examples_extra() -> None:
     """Every third-party import of dags_examples/ comes with `pip install airflow-provider-lakefence[examples]`."""
     cfg = _setup_cfg()
-    allowed = _names(cfg["options"]["install_requires"]) | _names(
-        cfg["options.extras_require"]["examples"]
-    )
+    allowed = _names(cfg["options"]["install_requires"]) | _names(cfg["options.extras_require"]["examples"])
     # Airflow's own distributions come with apache-airflow.
-    allowed |= (
-        {"apache-airflow-core", "apache-airflow-task-sdk"}
-        if "apache-airflow" in allowed
-        else set()
-    )
+    allowed |= {"apache-airflow-core", "apache-airflow-task-sdk"} if "apache-airflow" in allowed else set()
     distributions = packages_distributions()
     files = sorted((REPO / "dags_examples").rglob("*.py"))
     assert len(files) >= 4
     for path in files:
         for module in _third_party_imports(path):
             owners = {d.lower() for d in distributions.get(module, [])}
-            assert owners & allowed, (
-                f"{path.name} imports {module} ({owners}), not in install_requires or [examples]"
-            )
+            assert owners & allowed, f"{path.name} imports {module} ({owners}), not in install_requires or [examples]"
