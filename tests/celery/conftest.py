@@ -2,14 +2,18 @@
 
 The stack (Redis, api-server, scheduler with CeleryExecutor, dag-processor, triggerer, two Celery
 workers) boots once; each scenario uses a DAG and target branches of its own
-(tests/dags/celery_dags.py). The tier needs ``redis-server`` (Debian package) and the lakeFS
-binary built from tests/real_lakefs; without them it is skipped with the reason.
+(tests/dags/celery_dags.py). lakeFS is the tier's own real lakeFS
+(:class:`airflow_lakefence.testing.real_lakefs.RealLakeFS`), not the session's shared one, because a
+scenario restarts it. The tier needs ``redis-server`` (Debian package) and the lakeFS binary (built
+from tests/real_lakefs); without them it is skipped, or fails when ``CI`` is set.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import string
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
-from tests.celery.lakefs_process import LakeFSProcess, lakefs_binary
 from tests.dags.celery_dags import TARGETS, pool_name
 
 KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"
@@ -57,17 +61,32 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
 
 
+def _unavailable(message: str) -> None:
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(f"the Celery tier is mandatory on CI: {message}", pytrace=False)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
-def real_lakefs() -> Iterator[LakeFSProcess]:
-    """A real lakeFS of this session's own (it can be restarted mid-test)."""
-    binary = lakefs_binary()
-    if binary is None:
-        pytest.skip("no lakeFS binary: build tests/real_lakefs (go build) or set LAKEFENCE_LAKEFS_BINARY")
-    with LakeFSProcess(binary) as server:
+def real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLakeFS]:
+    """A real lakeFS of the tier's own (a scenario restarts it), with credentials made up for the session."""
+    try:
+        binary = ensure_lakefs_binary()
+    except GoToolchainMissingError as exc:
+        _unavailable(f"real lakeFS unavailable: {exc}")
+    alphabet = string.ascii_uppercase + string.digits
+    server = RealLakeFS(
+        binary,
+        tmp_path_factory.mktemp("celery-lakefs"),
+        access_key_id="AKIALF" + "".join(secrets.choice(alphabet) for _ in range(14)),
+        secret_access_key=secrets.token_urlsafe(30),
+        log_level="WARN",
+    )
+    with server:
         yield server
 
 
-def _create_repositories(server: LakeFSProcess) -> None:
+def _create_repositories(server: RealLakeFS) -> None:
     import lakefs
 
     client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
@@ -80,10 +99,10 @@ def _create_repositories(server: LakeFSProcess) -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_stack(real_lakefs: LakeFSProcess, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
+def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
     """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
     if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+        _unavailable("redis-server is not installed (apt-get install -y redis-server)")
     _create_repositories(real_lakefs)
     pools = {pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets}
     stack = CeleryStack(

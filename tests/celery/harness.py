@@ -25,6 +25,7 @@ names, not addresses), so :meth:`CeleryStack.task_log` reads them from the worke
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -161,7 +162,8 @@ class CeleryStack(AirflowStack):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={MARKER_ENV: self.stack_id, "PATH": "/usr/bin:/bin"},
+            # No stack marker: stop() ends Redis itself, after the workers (the marker sweep would come first).
+            env={"PATH": "/usr/bin:/bin"},
         )
         redis = self.redis
 
@@ -289,14 +291,12 @@ class CeleryStack(AirflowStack):
 
     def stop(self, remove_home: bool = False) -> list[str]:
         """Stop workers, components and Redis (see :meth:`AirflowStack.stop`)."""
-        # Workers first: a worker stopping while the api-server is gone would only add noise.
+        # Everything gets SIGTERM at once (workers here, components in super().stop()): the shutdowns overlap.
         for proc in self.workers.values():
             if proc.poll() is None:
-                try:
-                    os_killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                os_killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
+        leftovers = super().stop(remove_home=False)
         for proc in self.workers.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -304,7 +304,6 @@ class CeleryStack(AirflowStack):
                 os_killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         self.workers.clear()
-        leftovers = super().stop(remove_home=False)
         if self.redis is not None:
             self.redis.terminate()
             try:
@@ -341,8 +340,6 @@ class CeleryStack(AirflowStack):
 
 def os_killpg(pid: int, sig: signal.Signals) -> None:
     """Signal a process group, ignoring one that is gone."""
-    import os
-
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:

@@ -22,9 +22,9 @@ import psutil
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
+from airflow_lakefence.testing.real_lakefs import RealLakeFS
 from tests.celery.conftest import FIGURES
 from tests.celery.harness import CeleryStack
-from tests.celery.lakefs_process import LakeFSProcess
 from tests.dags.celery_dags import RESTART_POINTS, held_name
 from tests.scheduler.harness import StackError, wait_for
 from tests.scheduler.test_real_scheduler import (
@@ -42,7 +42,7 @@ from tests.scheduler.test_real_scheduler import (
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs]
 
 
-def repository(server: LakeFSProcess, name: str) -> lakefs.Repository:
+def repository(server: RealLakeFS, name: str) -> lakefs.Repository:
     client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
     return lakefs.Repository(name, client=client)
 
@@ -103,7 +103,7 @@ def publications(repo: lakefs.Repository, ref: str) -> list[Any]:
 
 
 def test_clear_running_try_the_stale_worker_never_publishes(
-    celery_stack: CeleryStack, real_lakefs: LakeFSProcess, tmp_path: Path
+    celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """Try 1 is cleared while its job runs on one worker: it never publishes; try 2 (any worker) merges."""
     api, dag_id = celery_stack.api, "lf_cel_clear"
@@ -166,7 +166,7 @@ def test_clear_running_try_the_stale_worker_never_publishes(
 
 
 def test_marked_failed_and_marked_success_on_workers_publish_nothing(
-    celery_stack: CeleryStack, real_lakefs: LakeFSProcess, tmp_path: Path
+    celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """Two running tries, marked failed and marked success: killed on their workers, nothing published."""
     api, dag_id = celery_stack.api, "lf_cel_mark"
@@ -210,7 +210,7 @@ def test_marked_failed_and_marked_success_on_workers_publish_nothing(
 
 
 def test_worker_killed_after_publishing_the_retry_on_the_other_worker_replaces_it(
-    celery_stack: CeleryStack, real_lakefs: LakeFSProcess, tmp_path: Path
+    celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """SIGKILL of the whole worker after try 1's merge and before Airflow recorded success.
 
@@ -226,7 +226,7 @@ def test_worker_killed_after_publishing_the_retry_on_the_other_worker_replaces_i
     signals = Signals(tmp_path)
     # Try 2's job takes a few seconds: the window in which the sensor sees the abandoned HEAD.
     job = signals.job_spec(
-        files={"tables/kill/part-0.txt": "rows"}, stamp_path="tables/kill/stamp.txt", sleep_by_try={"2": 8}
+        files={"tables/kill/part-0.txt": "rows"}, stamp_path="tables/kill/stamp.txt", sleep_by_try={"2": 5}
     )
     api.unpause(dag_id)
     api.unpause("lf_cel_watch")
@@ -284,7 +284,7 @@ def test_worker_killed_after_publishing_the_retry_on_the_other_worker_replaces_i
 
 
 def test_backfill_of_five_runs_across_both_workers_is_linear(
-    celery_stack: CeleryStack, real_lakefs: LakeFSProcess, tmp_path: Path
+    celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """Five backfilled runs onto one target, through its 1-slot pool, on whichever worker is free."""
     api, dag_id = celery_stack.api, "lf_cel_backfill"
@@ -338,7 +338,10 @@ def test_backfill_of_five_runs_across_both_workers_is_linear(
         assert timestamp(earlier["end_date"]) <= timestamp(later["start_date"])  # the pool held across workers
     assert all(w["hostname"] in celery_stack.worker_names for w in windows)
     resolves = [api.task_instance(dag_id, r["dag_run_id"], "resolve_input") for r in runs]
-    FIGURES["backfill_tasks_by_worker"] = dict(Counter(t["hostname"] for t in [*windows, *resolves]))
+    by_worker = Counter(t["hostname"] for t in [*windows, *resolves])
+    FIGURES["backfill_tasks_by_worker"] = dict(by_worker)
+    # Ten tasks, each taken by whichever worker asked the broker first: both took some.
+    assert set(by_worker) == set(celery_stack.worker_names), by_worker
     FIGURES["backfill_publish_workers"] = [w["hostname"] for w in windows]
     assert staging_branches(repo) == []
 
@@ -347,9 +350,9 @@ def test_backfill_of_five_runs_across_both_workers_is_linear(
 
 
 def test_lakefs_restarted_during_publish_nothing_lost_nothing_twice(
-    celery_stack: CeleryStack, real_lakefs: LakeFSProcess, tmp_path: Path
+    celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
-    """lakeFS goes down while two publishes hold: one before its merge is sent, one after it landed.
+    """lakeFS is killed while two publishes hold: one before its merge is sent, one after it landed.
 
     Each try meets the dead server and fails (or rides it out); a retry finishes. Either way each
     target ends with exactly one publication on top of the input, the successful try's output.
@@ -370,7 +373,7 @@ def test_lakefs_restarted_during_publish_nothing_lost_nothing_twice(
     assert repo.branch("before-merge").get_commit().id == bases["before-merge"]
 
     down_mono = time.monotonic()
-    real_lakefs.stop()
+    real_lakefs.kill()  # a crash: SIGKILL, then the same binary on the same port and data
     for task, target in tasks.items():
         release(signals, task, 1, RESTART_POINTS[target])
 
@@ -382,7 +385,6 @@ def test_lakefs_restarted_during_publish_nothing_lost_nothing_twice(
 
     wait_for("both publishes to meet the stopped lakeFS", met_the_outage, 60, interval=0.1)
     real_lakefs.start()
-    real_lakefs.restarts += 1
     FIGURES["lakefs_down_s"] = time.monotonic() - down_mono
     run = api.wait_run(dag_id, run_id, {"success", "failed"}, timeout=240)
     assert run["state"] == "success", {t: celery_stack.task_log(dag_id, run_id, t, 1)[1][-3000:] for t in tasks}
