@@ -518,10 +518,30 @@ class LakefenceJob:
     def __enter__(self) -> LakefenceJob:
         return self
 
+    def remove_checksum_files(self) -> list[Path]:
+        """Delete the ``.<name>.crc`` sidecars Hadoop's local filesystem wrote into the workspace.
+
+        With S3A on the classpath the job cannot switch the local filesystem to
+        ``RawLocalFileSystem`` (S3A buffers its uploads through ``LocalFileSystem``), so the
+        checksum files are removed here instead of being uploaded. Called by the context manager
+        on success in workspace mode; returns the files removed.
+        """
+        workspace = self.locations.workspace_dir
+        if self.locations.write_mode != "workspace" or workspace is None or not workspace.is_dir():
+            return []
+        removed = []
+        for crc in workspace.rglob(".*.crc"):
+            # Only a sidecar of a file that is there: ".part-0.parquet.crc" next to "part-0.parquet".
+            if crc.is_file() and (crc.parent / crc.name[1:].removesuffix(".crc")).exists():
+                crc.unlink()
+                removed.append(crc)
+        return removed
+
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         try:
             if exc_type is None:
                 self.remove_directory_markers()
+                self.remove_checksum_files()
         finally:
             self.stop()
 

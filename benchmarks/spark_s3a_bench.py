@@ -77,8 +77,6 @@ def _build_dags(job: str, files: int) -> dict[str, Any]:
             "spark.log.level": "WARN",
             "spark.pyspark.python": sys.executable,
             "spark.driver.memory": "2g",
-            # Workspace mode: no .crc files next to the parquet files the operator uploads.
-            "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         }
     )
     common: dict[str, Any] = {

@@ -316,3 +316,14 @@ def test_directory_marker_candidates_are_the_output_dirs_and_their_ancestors() -
         "tables/other/",
     }
     assert directory_marker_candidates([]) == set()
+
+
+def test_checksum_sidecars_are_removed_from_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    for name in ("part-0.parquet", ".part-0.parquet.crc", ".orphan.crc", ".hidden"):
+        (tmp_path / "t" / name).write_text("x")
+    env = {**ENV, "LAKEFENCE_WRITE_MODE": "workspace", "LAKEFENCE_WORKSPACE_DIR": str(tmp_path)}
+    job = LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(env), s3a=True)
+    assert job.remove_checksum_files() == [tmp_path / "t" / ".part-0.parquet.crc"]
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [".hidden", ".orphan.crc", "part-0.parquet"]
+    assert LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(ENV), s3a=True).remove_checksum_files() == []

@@ -43,8 +43,6 @@ S3A = s3a_submit_options(
         "spark.eventLog.rolling.enabled": "false",
         # One retry per task inside Spark: the probe's failing first attempts get a second one.
         "spark.task.maxFailures": "2",
-        # Workspace mode: no .crc files next to the parquet files the operator uploads.
-        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     }
 )
 
