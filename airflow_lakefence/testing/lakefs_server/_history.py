@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
 from airflow_lakefence.testing.lakefs_server._actions import run_pre_merge_hooks
+from airflow_lakefence.testing.lakefs_server._base import StoreBase
 from airflow_lakefence.testing.lakefs_server._model import (
     MERGE_STRATEGIES,
     MERGE_STRATEGY_KEY,
@@ -24,7 +25,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_branch_id,
     validate_ref,
 )
-from airflow_lakefence.testing.lakefs_server._tx import StoreBase, Tx
+from airflow_lakefence.testing.lakefs_server._tx import Tx
 
 _INT64_MAX = 2**63 - 1
 

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._base import StoreBase
 from airflow_lakefence.testing.lakefs_server._model import (
     DEFAULT_CONTENT_TYPE,
     Blob,
@@ -16,7 +17,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     paginate,
     validate_path,
 )
-from airflow_lakefence.testing.lakefs_server._tx import StoreBase, Tx
+from airflow_lakefence.testing.lakefs_server._tx import Tx
 
 
 class ObjectsMixin(StoreBase):

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from airflow_lakefence.testing.lakefs_server import _errors as errors
+from airflow_lakefence.testing.lakefs_server._base import StoreBase
 from airflow_lakefence.testing.lakefs_server._model import (
     FIRST_COMMIT_MESSAGE,
     NAMESPACE_RE,
@@ -20,7 +21,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_repository_id,
     validate_tag_id,
 )
-from airflow_lakefence.testing.lakefs_server._tx import PROTECTION_KEY, StoreBase
+from airflow_lakefence.testing.lakefs_server._tx import PROTECTION_KEY
 
 
 def _protection_etag(patterns: list[str] | None) -> str:

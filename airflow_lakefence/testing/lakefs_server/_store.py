@@ -1,10 +1,12 @@
 """The local server's state: one :class:`Store` combining its parts by concern.
 
-* :mod:`._tx` — the SQLite schema, transactions, queries inside one (:class:`~._tx.Tx`), object bytes;
+* :mod:`._base` — the database (connections, read and write transactions) and object bytes on disk;
+* :mod:`._tx` — the SQLite schema and the queries inside one transaction (:class:`~._tx.Tx`);
 * :mod:`._refs` — repositories, branches, tags, branch protection;
 * :mod:`._history` — commits, log, diff, merge, revert, cherry-pick;
 * :mod:`._objects` — objects on a branch or ref;
-* :mod:`._model` — names, records and the sorted-tree algorithms they share.
+* :mod:`._model` — names, records and the sorted-tree algorithms they share;
+* :mod:`._actions` — pre-merge Lua hooks; :mod:`._render` — the JSON of listings.
 """
 
 from __future__ import annotations
