@@ -131,3 +131,53 @@ def test_remote_stats(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_cont
     remote.reset()
     lakefs_repo.branch("main").get_commit()
     assert remote.stats()["commit_reads"] >= 1
+
+
+def test_hooks_see_the_call_before_and_after(
+    lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls
+) -> None:
+    direct = lakefs.Client(
+        host=lakefs_server.server.url if lakefs_server.server is not None else lakefs_server.url,
+        username=lakefs_server.access_key_id,
+        password=lakefs_server.secret_access_key,
+    )
+    seen: list[tuple[str, int | None, bool]] = []
+
+    def exists(name: str) -> bool:
+        return name in {b.id for b in lakefs.Repository(lakefs_repo.id, client=direct).branches()}
+
+    lakefs_controls.add_fault("createBranch", hook=lambda call: seen.append((call.operation, call.status, exists("h"))))
+    lakefs_controls.add_fault(
+        "createBranch", nth=2, when="after", hook=lambda call: seen.append((call.method, call.status, exists("h2")))
+    )
+    lakefs_repo.branch("h").create("main")
+    lakefs_repo.branch("h2").create("main")
+    # Before: lakeFS has not seen the request yet; after: it has processed it (201).
+    assert seen == [("createBranch", None, False), ("POST", 201, True)]
+    assert lakefs_controls.faults() == []
+
+
+def test_large_objects_stream_through(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+    import hashlib
+    import os
+
+    payload = os.urandom(3 << 20) * 8  # 24 MiB, sent chunked by the SDK
+    branch = lakefs_repo.branch("main")
+    branch.object("big.bin").upload(payload)
+    digest = hashlib.sha256()
+    with lakefs_repo.ref("main").object("big.bin").reader(mode="rb") as reader:
+        while chunk := reader.read(1 << 20):
+            digest.update(chunk)
+    assert digest.hexdigest() == hashlib.sha256(payload).hexdigest()
+    assert lakefs_controls.counts()["uploadObject"] == 1
+
+
+def test_operation_ids_come_from_the_swagger_routes() -> None:
+    from airflow_lakefence.testing.proxy import operation_of
+
+    assert operation_of("POST", "/api/v1/repositories/r/refs/feature/merge/main") == "mergeIntoBranch"
+    assert operation_of("GET", "/api/v1/repositories/r/refs/feature/merge/main") == "findMergeBase"
+    assert operation_of("PUT", "/api/v1/repositories/r/branches/b/hard_reset?ref=x") == "hardResetBranch"
+    assert operation_of("GET", "/api/v1/repositories/r/branches/b/objects/stage_allowed") is not None
+    assert operation_of("GET", "/api/v1/auth/users/u1") == "getUser"
+    assert operation_of("GET", "/repo/main/path") is None  # S3 gateway: not counted
