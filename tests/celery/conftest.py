@@ -14,6 +14,9 @@ import json
 import os
 import secrets
 import string
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -86,6 +89,26 @@ def real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLakeFS
         yield server
 
 
+def celery_executor_problem() -> str | None:
+    """Why Airflow cannot load the CeleryExecutor here (in a clean process), or ``None`` if it can.
+
+    E.g. the Celery provider is missing, or Celery 5.7 with provider 3.26 (``cannot import name 'retry'``).
+    """
+    with tempfile.TemporaryDirectory(prefix="lakefence-celery-check-") as home:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        probe = subprocess.run(
+            [sys.executable, "-c", "import airflow.providers.celery.executors.celery_executor"],
+            env={**env, "AIRFLOW_HOME": home},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if probe.returncode == 0:
+        return None
+    lines = probe.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit code {probe.returncode}"
+
+
 def _create_repositories(server: RealLakeFS) -> None:
     import lakefs
 
@@ -103,6 +126,9 @@ def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Ite
     """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
     if redis_server_binary() is None:
         _unavailable("redis-server is not installed (apt-get install -y redis-server)")
+    problem = celery_executor_problem()
+    if problem:
+        _unavailable(f"the CeleryExecutor does not load: {problem}")
     _create_repositories(real_lakefs)
     pools = {pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets}
     stack = CeleryStack(
