@@ -4,16 +4,16 @@ An asset URI names a path prefix on a branch: ``lakefs://<repository>/<branch>/<
 Airflow calls :func:`sanitize_uri` (registered under ``asset-uris`` in the provider info) for every
 ``lakefs`` URI, so a malformed one fails at DAG parse time and equal prefixes compare equal.
 
-The fenced operator emits an event for its ``lakefs://`` outlets only when it published (merge,
-replacement, or a retried call of its own publication), with the commits in the event's extra.
+The fenced operators declare their ``lakefs://`` outlets as they are (so Airflow lists the task as
+their producer) and emit their events only when a try published (merge, replacement, or a retried
+call of its own publication), with the commits in the event's extra; a try that published nothing
+withdraws them before Airflow would emit an empty event.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import urllib.parse
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -99,13 +99,3 @@ def event_extra(
         "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
     }
 
-
-def alias_name(dag_id: str, task_id: str, uris: Iterable[str]) -> str:
-    """The name of the asset alias a fenced task emits its ``lakefs://`` events through.
-
-    :param dag_id: the DAG id.
-    :param task_id: the task id.
-    :param uris: the task's ``lakefs://`` outlet URIs.
-    """
-    digest = hashlib.sha256(repr((dag_id, task_id, sorted(uris))).encode()).hexdigest()
-    return f"lakefence-{task_id}-{digest[:12]}"

@@ -70,10 +70,30 @@ class LakeFSCommitLink(_LakeFSXComLink):
 
 
 class LakeFSStagingLink(_LakeFSXComLink):
-    """ "lakeFS staging": the try's staging branch (kept as evidence when a fence failed closed)."""
+    """ "lakeFS staging": what the try staged.
+
+    After a publish the staging branch is deleted, so the link shows the staged commit (XCom
+    ``staged_commit``, which stays readable by id); for a try that failed closed, the staging branch
+    it kept as evidence; nothing when the try kept no branch.
+    """
 
     name = "lakeFS staging"
     source_key = "staging_branch"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """Return the staged commit's page, else the kept staging branch's, else an empty string.
+
+        :param operator: the task.
+        :param ti_key: the task instance (key) whose XCom is read.
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        staged = XCom.get_value(ti_key=ti_key, key="staged_commit")
+        repository = getattr(operator, "repository", None)
+        if staged and repository:
+            base = LakeFSHook(getattr(operator, "lakefs_conn_id", LakeFSHook.default_conn_name)).settings["ui_base_url"]
+            return commit_url(str(base), str(repository), str(staged))
+        return super().get_link(operator, ti_key=ti_key)
 
     def _build(self, ui_base_url: str, repository: str, value: str) -> str:
         return branch_url(ui_base_url, repository, value)

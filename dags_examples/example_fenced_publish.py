@@ -52,7 +52,8 @@ with DAG(
         input_ref=resolve_input.output,
         write_mode="workspace",
         output_prefixes=[OUTPUT_PREFIX],
-        commit_message="daily counts for {{ ds }}",
+        # run_id, not ds: a run triggered without a logical date (the REST API default) has no ds.
+        commit_message="daily counts, run {{ run_id }}",
         commit_metadata={"pipeline": "daily_counts"},
         outlets=[DAILY_COUNTS],
         depends_on_past=True,

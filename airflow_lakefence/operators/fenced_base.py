@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
@@ -32,6 +32,7 @@ from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBud
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
+from airflow_lakefence.run_state import TaskStateStoreRunState
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (
@@ -44,7 +45,7 @@ FENCED_TEMPLATE_FIELDS = (
     "commit_metadata",
 )
 #: The XCom keys of a fenced task (``output_ref`` is also the return value).
-XCOM_KEYS = ("staged_commit", "decision", "input_ref", "staging_branch", "output_ref")
+XCOM_KEYS = ("staged_commit", "decision", "reason", "input_ref", "staging_branch", "output_ref")
 
 
 class FencedPublishOperatorBase(BaseOperator):
@@ -61,6 +62,9 @@ class FencedPublishOperatorBase(BaseOperator):
     :param workspace_dir: the parent of the per-attempt workspace (templated); a temporary
         directory when ``None``.
     :param output_prefixes: if given, every changed path must lie under one of them (templated).
+    :param output_mode: ``replace`` (default): after publishing, each declared output prefix holds
+        exactly this attempt's output (objects of the input under it that the job did not write are
+        deleted); ``upsert``: the job's files are added to what the input held there.
     :param publish_budget: refuse to start publishing when less of ``execution_timeout`` remains.
     :param commit_message: the staging and merge commit message (templated).
     :param commit_metadata: extra commit metadata, str to str; ``lakefence.*`` keys are reserved.
@@ -94,6 +98,7 @@ class FencedPublishOperatorBase(BaseOperator):
         write_mode: str = "workspace",
         workspace_dir: str | None = None,
         output_prefixes: Sequence[str] | None = None,
+        output_mode: str = "replace",
         publish_budget: timedelta | float | None = None,
         commit_message: str | None = None,
         commit_metadata: Mapping[str, str] | None = None,
@@ -132,6 +137,7 @@ class FencedPublishOperatorBase(BaseOperator):
         self.write_mode = write_mode
         self.workspace_dir = workspace_dir
         self.output_prefixes = output_prefixes
+        self.output_mode = output_mode
         self.commit_message = commit_message
         self.commit_metadata = commit_metadata
         self.staging_branch_prefix = staging_branch_prefix
@@ -144,17 +150,11 @@ class FencedPublishOperatorBase(BaseOperator):
         self.replace_by_merge = replace_by_merge
         self._fence: AttemptFence | None = None
         self._outcome: PublishResult | None = None
-        self._lakefs_outlets, self._asset_alias = self._take_lakefs_outlets()
-
-    def _take_lakefs_outlets(self) -> tuple[list[Asset], AssetAlias | None]:
-        # Airflow emits an event for every declared outlet when the task succeeds, published or
-        # not. lakefs:// outlets are therefore emitted through an alias, and only on publication.
-        lakefs = [o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")]
-        if not lakefs:
-            return [], None
-        alias = AssetAlias(name=lakefs_assets.alias_name(self.dag_id, self.task_id, [a.uri for a in lakefs]))
-        self.outlets = [o for o in self.outlets if o not in lakefs] + [alias]
-        return lakefs, alias
+        # Declared as they are, so Airflow knows this task produces them (the Assets view, the
+        # graph); their events are emitted only when the attempt published (see _emit_asset_events).
+        self._lakefs_outlets = [
+            o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")
+        ]
 
     @cached_property
     def lakefs_hook(self) -> LakeFSHook:
@@ -196,6 +196,7 @@ class FencedPublishOperatorBase(BaseOperator):
             write_mode=self.write_mode,
             read_only=self.read_only,
             output_prefixes=self.output_prefixes,
+            output_mode=self.output_mode,
             commit_message=self.commit_message,
             commit_metadata=self.commit_metadata,
             staging_prefix=self.staging_branch_prefix,
@@ -209,17 +210,38 @@ class FencedPublishOperatorBase(BaseOperator):
         )
         fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
         engine = PublishEngine(
-            self.lakefs, fence, request, log=self.log, job_name=self.job_name, job_error=self.job_error
+            self.lakefs,
+            fence,
+            request,
+            log=self.log,
+            job_name=self.job_name,
+            job_error=self.job_error,
+            run_state=TaskStateStoreRunState(context),
         )
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
-        result = engine.run(
-            lambda locations: self.run_job(context, locations),
+        staging: list[str] = []
+
+        def on_staging(name: str) -> None:
             # Pushed as soon as it exists, so the "lakeFS staging" link works for a try that fails.
-            on_staging=lambda staging: context["ti"].xcom_push(key="staging_branch", value=staging),
-            report=lambda outcome: self._report(context, outcome),
-        )
+            staging.append(name)
+            context["ti"].xcom_push(key="staging_branch", value=name)
+
+        try:
+            result = engine.run(
+                lambda locations: self.run_job(context, locations),
+                on_staging=on_staging,
+                report=lambda outcome: self._report(context, outcome),
+                # Pushed before the job, so monitoring calls the replaced publication superseded.
+                on_supersedes=lambda value: context["ti"].xcom_push(key="supersedes", value=dict(value)),
+            )
+        except Exception as exc:
+            # A fail-closed error names the staging branch it kept; any other failure deleted it,
+            # and the link must not point at a branch that is gone.
+            if staging and getattr(exc, "staging_branch", None) != staging[0]:
+                context["ti"].xcom_push(key="staging_branch", value=None)
+            raise
         return result.output_ref
 
     def _validate_outlets(self) -> None:
@@ -242,12 +264,16 @@ class FencedPublishOperatorBase(BaseOperator):
             self.log.info("lakeFS commit: %s", commit_url(str(ui_base), self.repository, result.output_ref))
 
     def _emit_asset_events(self, context: Any, result: PublishResult) -> None:
-        if self._asset_alias is None or result.decision not in lakefs_assets.PUBLISHING_DECISIONS:
+        if not self._lakefs_outlets:
             return
-        events = context["outlet_events"][self._asset_alias]
+        if result.decision not in lakefs_assets.PUBLISHING_DECISIONS:
+            # Airflow emits an event for every outlet of a successful task: nothing was published,
+            # so this try withdraws its lakefs:// outlets (only this try's copy of the task changes).
+            self.outlets = [o for o in self.outlets if o not in self._lakefs_outlets]
+            return
         for asset in self._lakefs_outlets:
             _repository, _branch, prefix = lakefs_assets.parse_uri(asset.uri)
-            extra = lakefs_assets.event_extra(
+            context["outlet_events"][asset].extra = lakefs_assets.event_extra(
                 repository=self.repository,
                 output_ref=result.output_ref,
                 input_ref=result.input_ref,
@@ -255,7 +281,9 @@ class FencedPublishOperatorBase(BaseOperator):
                 decision=result.decision,
                 prefix=prefix,
             )
-            events.add(asset, extra=extra)
+            if result.supersedes is not None:
+                # Consumers of the replaced publication's event learn it is no longer on the branch.
+                context["outlet_events"][asset].extra["supersedes"] = result.supersedes["output_ref"]
 
     def on_kill(self) -> None:
         """Mark the attempt stale (the engine stops at its next fence check)."""

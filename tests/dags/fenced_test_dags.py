@@ -155,3 +155,10 @@ with _dag("lf_py_taskflow", retries=1) as py_taskflow_dag:
         return write_spec(lakefence, dag_run)
 
     publish()
+
+with _dag("lf_py_message") as py_message_dag:
+    # run_id, not ds: a run without a logical date (the REST API's default for manual runs) has no ds.
+    _fenced_python("publish", commit_message="published by run {{ run_id }}")
+
+with _dag("lf_test_openlineage") as openlineage_dag:
+    _fenced("publish", write_mode="workspace", openlineage_inject_parent_job_info=True)

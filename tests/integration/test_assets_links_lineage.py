@@ -28,12 +28,16 @@ URI = "lakefs://lakefence-assets/main/out"
 def asset_repo(
     lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Path
 ) -> Iterator[tuple[lakefs.Repository, str]]:
+    # Asset URIs cannot be templated, so the repository name is fixed. It is kept for the session and
+    # each test seeds a new input commit: real lakeFS refuses to recreate a name it deleted moments ago
+    # (409 "not unique" while its repository cache still holds it).
     repo = lakefs.Repository("lakefence-assets", client=lakefs_client)
-    repo.create(storage_namespace=f"{lakefs_server.storage_namespace}/assets-{tmp_path.name}", default_branch="main")
-    try:
-        yield repo, commit_files(repo, "main", {"in/data.txt": "input"}, "seed input")
-    finally:
-        repo.delete()
+    repo.create(
+        storage_namespace=f"{lakefs_server.storage_namespace}/assets-{tmp_path.name}",
+        default_branch="main",
+        exist_ok=True,
+    )
+    yield repo, commit_files(repo, "main", {"in/data.txt": f"input {tmp_path.name}"}, f"seed input {tmp_path.name}")
 
 
 def asset_events() -> list[dict[str, Any]]:
@@ -98,15 +102,45 @@ def test_links_follow_the_try(
     base = lakefs_conn["host"].removesuffix("/api/v1")
     assert values["decision"] == "replace"
     assert values["_link_LakeFSCommitLink"] == f"{base}/repositories/lakefence-assets/commits/{values['output_ref']}"
+    # The staging branch is gone after the publish: the link shows the staged commit instead.
     assert values["_link_LakeFSStagingLink"] == (
-        f"{base}/repositories/lakefence-assets/objects?ref={values['staging_branch']}"
+        f"{base}/repositories/lakefence-assets/commits/{values['staged_commit']}"
     )
+    assert repo.commit(values["staged_commit"]).get_commit().id == values["staged_commit"]
     assert "-t2-" in values["staging_branch"]
+
+
+def test_staging_link_is_empty_when_the_try_kept_no_branch(
+    dags: Any, asset_repo: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = asset_repo
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "fail": True}))
+    assert dr.state == "failed"
+    values = xcoms(dr, "publish")
+    assert values["staging_branch"] is None  # created, then deleted when the job failed
+    assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]
+    assert values["_link_LakeFSStagingLink"] == "" and values["_link_LakeFSCommitLink"] == ""
+
+
+def test_the_task_is_the_declared_producer_of_its_lakefs_asset(
+    dags: Any, asset_repo: tuple[lakefs.Repository, str]
+) -> None:
+    """The Assets view's "Producing tasks" comes from the outlets Airflow stored for the DAG."""
+    from airflow.models.asset import AssetModel, TaskOutletAssetReference
+    from airflow.utils.session import create_session
+
+    repo, input_commit = asset_repo
+    assert run_dag(dags.assets_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}})).state == "success"
+    with create_session() as session:
+        asset = session.query(AssetModel).filter(AssetModel.uri == URI).one()
+        producers = session.query(TaskOutletAssetReference).filter_by(asset_id=asset.id).all()
+        assert [(p.dag_id, p.task_id) for p in producers] == [("lf_test_assets", "publish")]
 
 
 def test_staging_link_of_a_try_that_failed_closed(dags: Any, asset_repo: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = asset_repo
-    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
+    # Content unique to the test: the session's repository may already hold other.txt from another test.
+    failpoints.arm("after_job", lambda: commit_files(repo, "main", {"racer.txt": input_commit}, "racer"))
     dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     values = xcoms(dr, "publish")

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.cleanup import evidence_metadata
-from airflow_lakefence.core.engine import AttemptLocations, PublishEngine, PublishRequest
+from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, PublishEngine, PublishRequest
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
@@ -315,7 +315,7 @@ def test_a_lost_merge_that_never_arrived_is_decided_again(world: World) -> None:
 
 
 def test_answers_lost_every_round_fail_without_publishing(world: World) -> None:
-    world.port.lose("merge", landed=False, times=2)
+    world.port.lose("merge", landed=False, times=PUBLISH_ROUNDS)
     with pytest.raises(LakeFSUnavailableError, match="could not be confirmed"):
         Run(world)()
     assert world.head().id == world.input
@@ -334,9 +334,9 @@ def test_output_outside_the_declared_prefixes_fails_closed(world: World, write_m
     with pytest.raises(OutputPrefixError, match="other/"):
         run()
     assert world.head().id == world.input
-    assert world.port.calls.get("upload_tree", 0) == 0
-    # Direct mode: the job already wrote into lakeFS, so the branch is the evidence.
-    assert len(world.branches()) == (1 if write_mode == "direct" else 0)
+    # Issue 13: what the job wrote is kept as evidence in both modes (workspace mode uploads it).
+    assert (world.port.calls.get("upload_tree", 0) > 0) == (write_mode == "workspace")
+    assert len(world.branches()) == 1
 
 
 def test_direct_mode_publishes_what_the_job_wrote(world: World) -> None:
@@ -397,3 +397,37 @@ def test_a_retry_removes_earlier_staging_branches_but_keeps_evidence(world: Worl
 def test_the_first_try_does_not_list_branches(world: World) -> None:
     Run(world)()
     assert world.port.calls.get("list_branches", 0) == 0
+
+
+class RecordingLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, /, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+    def warning(self, msg: str, /, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+
+def test_the_attempt_is_logged_before_the_job_and_summed_up_after(world: World) -> None:
+    log = RecordingLog()
+    run = Run(world, files={f"out/part-{n:03d}.txt": "xy" for n in range(40)})
+    logged_before_job: list[str] = []
+    engine = run.engine()
+    engine.log = log
+
+    def job(locations: AttemptLocations) -> None:
+        logged_before_job.extend(log.lines)
+        run.job(locations)
+
+    result = engine.run(job)
+    (attempt_line,) = [line for line in logged_before_job if line.startswith("lakefence attempt")]
+    for fact in (world.input, result.staging_branch, "main", "try 1"):
+        assert str(fact) in attempt_line
+    progress = [line for line in log.lines if line.startswith("Uploading into")]
+    assert 3 <= len(progress) <= 10 and "of 40 files" in progress[0]  # progress, not a line per file
+    assert any(line.startswith("Uploaded 40 files (80 bytes)") for line in log.lines)
+    summary = result.summary()
+    for fact in ("merge", result.output_ref, result.staged_commit, world.input, "40 files, 80 bytes"):
+        assert str(fact) in summary
