@@ -1,0 +1,61 @@
+"""DAGs of the hard-fence operator tests (tests/hard_fence/test_operator_hard_fence.py) under ``dag.test()``.
+
+conf keys: repository, target, input_ref, files ({path: text} the function writes).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_lakefence.operators import FencedPythonPublishOperator
+
+#: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
+FAILURES: dict[tuple[str, int], BaseException] = {}
+#: dag_id -> how many times the function ran.
+RUNS: dict[str, int] = {}
+
+
+def _record_failure(context: Any) -> None:
+    ti = context["ti"]
+    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
+
+
+def write_files(lakefence: Any, dag_run: Any = None, ti: Any = None) -> int:
+    """Write the run's ``files`` into the workspace (the try number into ``out/try.txt``)."""
+    RUNS[ti.dag_id] = RUNS.get(ti.dag_id, 0) + 1
+    files = {**dict(dag_run.conf.get("files", {})), "out/try.txt": str(ti.try_number)}
+    for path, text in files.items():
+        target = lakefence.workspace / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return len(files)
+
+
+def _dag(dag_id: str, retries: int = 0, **options: Any) -> DAG:
+    with DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
+    ) as dag:
+        FencedPythonPublishOperator(
+            task_id="publish",
+            python_callable=write_files,
+            repository="{{ dag_run.conf['repository'] }}",
+            target_branch="{{ dag_run.conf['target'] }}",
+            input_ref="{{ dag_run.conf['input_ref'] }}",
+            output_prefixes=["out/"],
+            stale_grace_period=0,
+            **options,
+        )
+    return dag
+
+
+required_dag = _dag("lf_hf_required", hard_fence="require")
+required_retry_dag = _dag("lf_hf_required_retry", retries=1, hard_fence="require")
+merge_only_retry_dag = _dag("lf_hf_merge_only_retry", retries=1, hard_fence="require", replace_by_merge=True)
