@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +36,7 @@ from lakefs_sdk.models.commit import Commit as SdkCommit
 from lakefs_sdk.models.commit_creation import CommitCreation
 from lakefs_sdk.models.commit_overrides import CommitOverrides
 from lakefs_sdk.models.merge import Merge
+from lakefs_sdk.models.path_list import PathList
 from lakefs_sdk.models.revert_creation import RevertCreation
 
 from airflow_lakefence.core.hardfence import RejectionKind, classify_rejection
@@ -385,6 +386,36 @@ class LakeFSClient:
                 raise
             return False
         return True
+
+    def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:
+        """Delete objects from a branch (uncommitted until the next commit), 1000 per call.
+
+        Deleting a path that does not exist is not an error, so a call whose answer was lost may be
+        repeated.
+
+        :param repository: the repository name.
+        :param branch: the branch.
+        :param paths: object paths.
+        :return: how many paths were sent.
+        :raises LakeFSError: on failure, or when lakeFS reports a path it could not delete.
+        """
+        for start in range(0, len(paths), 1000):
+            chunk = list(paths[start : start + 1000])
+            answer = self._call(
+                "delete_objects",
+                f"{len(chunk)} objects on branch {branch!r} in {repository!r}",
+                lambda chunk=chunk: self._api.objects_api.delete_objects(  # type: ignore[misc]
+                    repository, branch, PathList(paths=chunk), _request_timeout=self._timeout
+                ),
+                idempotent=True,
+            )
+            errors = getattr(answer, "errors", None) or []
+            if errors:
+                raise LakeFSError(
+                    f"lakeFS delete_objects on branch {branch!r} in {repository!r}: {len(errors)} paths not deleted",
+                    operation="delete_objects",
+                )
+        return len(paths)
 
     def list_branches(self, repository: str, prefix: str = "", *, show_hidden: bool = True) -> list[tuple[str, str]]:
         """List branches whose name starts with ``prefix``, following pagination.

@@ -14,7 +14,7 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 
 WHAT_TO_DO = "What to do:"
-_PIN_DOC = "docs/protocol.md#the-input-pin"
+_PIN_DOC = "docs/output-correctness.md#the-input-pin"
 
 
 def _who(key: PublicationKey) -> str:

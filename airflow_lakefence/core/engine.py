@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from airflow_lakefence import failpoints
+from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
@@ -43,11 +44,21 @@ from airflow_lakefence.core.metadata import (
 )
 from airflow_lakefence.core.naming import (
     is_valid_branch_name,
+    parse_staging_branch_name,
     staging_branch_name,
     staging_branch_prefix,
     validate_staging_prefix,
 )
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
+from airflow_lakefence.core.run_state import (
+    MemoryRunState,
+    RunStatePort,
+    pin_input,
+    record_evidence,
+    record_publication,
+    recorded_evidence,
+    reported_publication,
+)
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
@@ -61,6 +72,7 @@ from airflow_lakefence.exceptions import (
     LakeFSHardFenceRejectedError,
     LakeFSHookRejectedError,
     LakeFSNotFoundError,
+    LakeFSPreconditionFailedError,
     LakeFSUnavailableError,
     MergeHookRejectedError,
     OutputPrefixError,
@@ -74,11 +86,18 @@ from airflow_lakefence.exceptions import (
 T = TypeVar("T")
 
 WRITE_MODES = ("direct", "workspace")
+#: ``replace``: after publishing, each declared output prefix holds exactly this attempt's output;
+#: ``upsert``: the attempt's files are added to (or overwrite) what the input held there.
+OUTPUT_MODES = ("replace", "upsert")
 #: ``hard_fence`` modes: never rely on it, rely on it when the input carries it, or refuse to run without it.
 HARD_FENCE_MODES = ("off", "auto", "require")
 DECISION_READ_ONLY = "read_only"
-#: A write whose answer was lost is re-evaluated once against fresh state, never repeated blindly.
-PUBLISH_ROUNDS = 2
+#: A write whose answer was lost is re-evaluated against fresh state, never repeated blindly: a
+#: publish may need three rounds (refused with 503, then answered "no changes" because the first
+#: request landed late, then recognised as this attempt's own publication).
+PUBLISH_ROUNDS = 3
+#: Tries of the evidence marker commit.
+MARKER_TRIES = 3
 
 _REPOSITORY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 _REF_RE = re.compile(r"^[^\s\x00-\x1f]{1,1024}$")
@@ -129,6 +148,9 @@ class PublishRequest:
         writes into the staging branch itself).
     :param read_only: run the job against the input and write nothing.
     :param output_prefixes: if non-empty, every changed path must lie under one of them.
+    :param output_mode: ``replace`` (default): objects under the declared prefixes that the job did not
+        write are deleted in the staging branch, so each prefix holds exactly this attempt's output;
+        ``upsert``: they are kept.
     :param commit_message: the staging and merge commit message; a default names the attempt.
     :param commit_metadata: extra commit metadata (``lakefence.*`` keys are reserved).
     :param staging_prefix: the first part of staging branch names.
@@ -150,6 +172,7 @@ class PublishRequest:
     write_mode: str = "workspace"
     read_only: bool = False
     output_prefixes: Sequence[str] | None = None
+    output_mode: str = "replace"
     commit_message: str | None = None
     commit_metadata: Mapping[str, str] | None = None
     staging_prefix: str = "lakefence"
@@ -174,6 +197,8 @@ class PublishRequest:
             raise InputRefError(f"input_ref {self.input_ref!r} is not a ref (a commit id, branch or tag)")
         if self.write_mode not in WRITE_MODES:
             raise InvalidInputError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
+        if self.output_mode not in OUTPUT_MODES:
+            raise InvalidInputError(f"output_mode must be one of {OUTPUT_MODES}, got {self.output_mode!r}")
         if self.hard_fence not in HARD_FENCE_MODES:
             raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {self.hard_fence!r}")
         try:
@@ -220,6 +245,8 @@ class PublishResult:
     :param target_head: the target's HEAD when the attempt started.
     :param files: files uploaded from the workspace.
     :param bytes: bytes uploaded from the workspace.
+    :param supersedes: the successful publication of an earlier try this attempt replaced (a
+        deliberate clear): ``{"output_ref", "try_number"}``, else ``None``.
     """
 
     output_ref: str
@@ -231,6 +258,7 @@ class PublishResult:
     target_head: str | None = None
     files: int = 0
     bytes: int = 0
+    supersedes: Mapping[str, Any] | None = None
 
     def summary(self) -> str:
         """One log line saying what the attempt did."""
@@ -272,6 +300,8 @@ class PublishEngine:
     :param job_name: how messages name the job (e.g. ``Spark job``).
     :param job_error: the exception class a failed job is reported as.
     :param clock: the monotonic clock (the budget check compares it with ``request.deadline``).
+    :param run_state: what the tries of one run share (the input pin, the reported publication, the
+        evidence list): Airflow's ``task_state_store``; in memory when ``None`` (no pin across tries).
     :raises InvalidInputError: if the request is invalid.
     """
 
@@ -285,6 +315,7 @@ class PublishEngine:
         job_name: str = "job",
         job_error: type[JobError] = JobError,
         clock: Callable[[], float] = time.monotonic,
+        run_state: RunStatePort | None = None,
     ) -> None:
         self.lakefs = lakefs
         self.fence = fence
@@ -294,6 +325,7 @@ class PublishEngine:
         self.job_name = job_name
         self.job_error = job_error
         self.clock = clock
+        self.run_state: RunStatePort = run_state if run_state is not None else MemoryRunState()
         self._deleted: set[str] = set()
         # Whether lakeFS runs the hard fence on this attempt's merges (the input commit carries it),
         # and whether the staged commit still carries it unchanged (then the merge needs no verify).
@@ -308,6 +340,7 @@ class PublishEngine:
         *,
         on_staging: Callable[[str], None] | None = None,
         report: Callable[[PublishResult], None] | None = None,
+        on_supersedes: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> PublishResult:
         """Run the attempt (steps 1 to 12).
 
@@ -315,6 +348,8 @@ class PublishEngine:
         :param on_staging: told the staging branch's name as soon as it exists.
         :param report: step 12, called after the last fence check and before the staging branch is
             deleted (the adapter pushes XCom and emits events here).
+        :param on_supersedes: told, before the job, the successful publication this attempt will
+            replace (a deliberate clear), so monitoring does not call it abandoned.
         :return: the outcome.
         :raises LakeFenceError: a subclass naming the failure; nothing half-published.
         """
@@ -326,23 +361,36 @@ class PublishEngine:
         fence.arm()  # step 2
         attempt = fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
-        input_commit = self._create_staging(staging)  # step 3
+        # The input is resolved once per run (creating the staging branch resolves it): every later
+        # try of the run uses the same commit.
+        input_commit, pinned = pin_input(self.run_state, req.input_ref, lambda ref: self._create_staging(staging, ref))
+        if pinned:
+            self._create_staging(staging, input_commit)
+        early = decide_publish(target_head, input_commit, attempt, True, input_commit)
+        if early.action is Action.FAIL_CLOSED:
+            # The staging branch holds nothing yet and is named nowhere: drop it, keep nothing.
+            self._delete_quietly(staging)
+            raise PublishFenceError(
+                "before the job, nothing was run: "
+                + fail_closed_message(target_head, input_commit, attempt, req.target_branch)
+            )
+        supersedes = self._supersedes(target_head, early)
+        if supersedes is not None and on_supersedes is not None:
+            on_supersedes(supersedes)
+        self._remove_earlier_staging(attempt, staging)  # step 3
         if on_staging is not None:
             on_staging(staging)
         keep_staging = False
         try:
-            early = decide_publish(target_head, input_commit, attempt, True, input_commit)
-            if early.action is Action.FAIL_CLOSED:
-                raise PublishFenceError(f"before the job: {early.reason}")
             self._check_hard_fence(input_commit)
-            self._remove_earlier_staging(attempt, staging)
             failpoints.hit("after_staging_branch")
             self.log.info(
-                "lakefence attempt: try %d of %s; input %s = commit %s; staging branch %s; target %s at %s",
+                "lakefence attempt: try %d of %s; input %s = commit %s (%s); staging branch %s; target %s at %s",
                 attempt.try_number,
                 attempt.key,
                 req.input_ref,
                 input_commit,
+                "pinned by an earlier try" if pinned else "pinned now",
                 staging,
                 req.target_branch,
                 target_head.commit_id,
@@ -363,15 +411,31 @@ class PublishEngine:
                 if directory is not None:
                     with self._stale_first("while uploading", staging):
                         self._upload(staging, workspace)
+                    outside = [
+                        name for name, _ in workspace.files if self.prefixes and not name.startswith(self.prefixes)
+                    ]
+                    if outside:
+                        keep_staging = True  # what the job wrote is the evidence
+                        raise OutputPrefixError(
+                            f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside[:10]}; nothing "
+                            f"published, the output is kept in staging branch {staging!r}. {WHAT_TO_DO} fix the "
+                            "job's output paths or declare the prefix, then clear the task.",
+                            staging_branch=staging,
+                        )
                 elif self.prefixes:
                     with self._stale_first("while checking the output", staging):
                         outside = client.paths_outside(repo, staging, self.prefixes)
                     if outside:
                         keep_staging = True
                         raise OutputPrefixError(
-                            f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside}",
+                            f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside}; nothing "
+                            f"published, the output is kept in staging branch {staging!r}. {WHAT_TO_DO} fix the "
+                            "job's output paths or declare the prefix, then clear the task.",
                             staging_branch=staging,
                         )
+                if self.prefixes and req.output_mode == "replace":
+                    with self._stale_first("while replacing the output prefixes", staging):
+                        self._drop_unwritten(staging, input_commit, workspace if directory is not None else None)
             with self._stale_first("while staging", staging):
                 staged = self._stage(attempt, staging, input_commit)  # step 7
             failpoints.hit("after_stage")
@@ -387,16 +451,26 @@ class PublishEngine:
             # A try cleared after publishing must not overwrite the new try's XCom: its publication
             # is an abandoned one, which the new try replaces.
             self._check_fence("before reporting", staging)
+            reason = decision.reason
+            if supersedes is not None and decision.action in (Action.REPLACE, Action.RELOCATE):
+                reason = (
+                    f"supersedes the successful publication {supersedes['output_ref']} of try "
+                    f"{supersedes['try_number']} (the task instance was cleared): {decision.action.value}"
+                )
+            else:
+                supersedes = None
+            record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
             result = PublishResult(
                 output_ref=output_ref,
                 decision=decision.action.value,
                 input_ref=input_commit,
                 staged_commit=staged.id,
                 staging_branch=staging,
-                reason=decision.reason,
+                reason=reason,
                 target_head=target_head.commit_id,
                 files=len(workspace.files),
                 bytes=workspace.size,
+                supersedes=supersedes,
             )
             if report is not None:
                 report(result)  # step 12
@@ -404,7 +478,7 @@ class PublishEngine:
             return result
         except PublishFenceError as exc:
             if keep_staging:
-                self._mark_evidence(attempt, staging, input_commit, exc)
+                self._keep_as_evidence(attempt, staging, input_commit, exc)
             raise
         finally:
             if not keep_staging:
@@ -412,7 +486,7 @@ class PublishEngine:
 
     def _run_read_only(self, job: Job, report: Callable[[PublishResult], None] | None) -> PublishResult:
         req = self.request
-        input_commit = self._resolve_input()
+        input_commit, _ = pin_input(self.run_state, req.input_ref, lambda _ref: self._resolve_input())
         with self._workspace_dir(None) as directory:
             self._run_job(
                 job, AttemptLocations(req.repository, req.target_branch, input_commit, None, directory, "read_only")
@@ -474,8 +548,8 @@ class PublishEngine:
                 f"target branch {req.target_branch!r} or repository {req.repository!r} not found"
             ) from exc
 
-    def _create_staging(self, staging: str) -> str:
-        """Create the staging branch from the input ref (this resolves it); return its commit.
+    def _create_staging(self, staging: str, input_commit: str) -> str:
+        """Create the staging branch from the pinned input commit; return its commit.
 
         The branch name is unique to the attempt, so the branch itself tells whether a creation
         whose answer was lost landed, and from which commit.
@@ -484,7 +558,7 @@ class PublishEngine:
 
         def create(answer_lost: bool) -> str:
             try:
-                return client.create_branch(req.repository, staging, req.input_ref, hidden=True)
+                return client.create_branch(req.repository, staging, input_commit, hidden=True)
             except LakeFSNotFoundError as exc:
                 raise InputRefError(f"input_ref {req.input_ref!r} not found in repository {req.repository!r}") from exc
             except LakeFSConflictError:
@@ -505,20 +579,54 @@ class PublishEngine:
             raise
 
     def _remove_earlier_staging(self, attempt: AttemptId, staging: str) -> None:
+        """Delete the staging branches of *earlier, dead* tries of this key; never fail for it.
+
+        Only lower try numbers are touched (a newer try's branch is never ours to delete); evidence,
+        marked on lakeFS or recorded in the run state (its marker could not be written), is kept and
+        re-marked when unmarked.
+        """
         # Try numbers only grow, so a first try has no predecessor to clean up: skip the listing.
         if attempt.try_number <= 1:
             return
-        client, repo = self.lakefs, self.request.repository
-        prefix = staging_branch_prefix(attempt.key, self.request.staging_prefix)
-        for name, _commit in client.list_branches(repo, prefix, show_hidden=True):
-            if name == staging:
+        client, repo, prefix = self.lakefs, self.request.repository, self.request.staging_prefix
+        try:
+            recorded = recorded_evidence(self.run_state)
+            branches = client.list_branches(repo, staging_branch_prefix(attempt.key, prefix), show_hidden=True)
+        except LakeFenceError as exc:
+            self.log.warning("Could not list earlier tries' staging branches: %s (the cleaner will)", exc)
+            return
+        for name, _commit in branches:
+            info = parse_staging_branch_name(name, prefix)
+            if name == staging or info is None or info.try_number >= attempt.try_number:
                 continue
-            # Leftovers exist only after a crash or a fail-closed try: one read spares the evidence.
-            if evidence_of(client.get_commit(repo, name).metadata):
-                self.log.info("Keeping staging branch %s of an earlier try: evidence of a fence violation", name)
-                continue
-            client.delete_branch(repo, name)
-            self.log.info("Removed staging branch %s of an earlier try", name)
+            try:
+                head = client.get_commit(repo, name)
+                if evidence_of(head.metadata):
+                    self.log.info("Keeping staging branch %s of an earlier try: evidence", name)
+                    continue
+                if name in recorded:
+                    record = decode_metadata(head.metadata)
+                    self.log.info("Keeping staging branch %s of an earlier try: evidence (re-marking it)", name)
+                    if record is not None:
+                        self._mark(record.attempt, name, record.input_ref, recorded[name])
+                    continue
+                client.delete_branch(repo, name)
+                self.log.info("Removed staging branch %s of an earlier try", name)
+            except LakeFenceError as exc:
+                self.log.warning("Could not clean up staging branch %s: %s (the cleaner will)", name, exc)
+
+    def _supersedes(self, head: HeadState, early: FenceDecision) -> dict[str, Any] | None:
+        """The successful publication this attempt is about to replace, if HEAD is one.
+
+        An earlier try of this run that reported HEAD as its output and was cleared afterwards (a
+        deliberate re-run) is *superseded*, not abandoned.
+        """
+        if early.action not in (Action.REPLACE, Action.RELOCATE):
+            return None
+        reported = reported_publication(self.run_state)
+        if reported is None or reported["output_ref"] != head.commit_id:
+            return None
+        return {"output_ref": head.commit_id, "try_number": reported.get("try_number")}
 
     # -- steps 4 and 5: the job and its workspace -------------------------------------------------
 
@@ -560,11 +668,6 @@ class PublishEngine:
         if not files and not req.allow_empty_workspace:
             raise WorkspaceError(
                 "the job wrote no file into the workspace (set allow_empty_workspace=True to accept that)"
-            )
-        outside = [name for name, _ in files if self.prefixes and not name.startswith(self.prefixes)]
-        if outside:
-            raise OutputPrefixError(
-                f"the job wrote outside output_prefixes {list(self.prefixes)}: {outside[:10]}; nothing uploaded"
             )
         return _Workspace(files, sum(path.stat().st_size for _, path in files))
 
@@ -629,6 +732,35 @@ class PublishEngine:
                 f"{req.publish_budget:.1f}s: not publishing"
             )
 
+    def _drop_unwritten(self, staging: str, input_commit: str, workspace: _Workspace | None) -> None:
+        """``output_mode="replace"``: delete, in the staging branch, every object under a declared
+        prefix that the input held and this attempt did not write, so the prefix ends up holding
+        exactly this attempt's output (what a Spark ``overwrite`` means).
+
+        Written means: a workspace file (workspace mode), or a path the job changed on the staging
+        branch, committed or not (direct mode; a Spark overwrite through S3A has already removed the
+        old objects, which then count as changed).
+        """
+        client, repo = self.lakefs, self.request.repository
+        stale: list[str] = []
+        for prefix in self.prefixes:
+            existing = client.list_objects(repo, input_commit, prefix)
+            if not existing:
+                continue
+            if workspace is not None:
+                written = {name for name, _ in workspace.files}
+            else:
+                written = {c.path for c in client.diff_uncommitted(repo, staging, prefix=prefix)}
+                written |= {c.path for c in client.diff_refs(repo, input_commit, staging, prefix=prefix, limit=10**9)}
+            stale.extend(path for path in existing if path not in written)
+        if stale:
+            client.delete_objects(repo, staging, stale)
+            self.log.info(
+                "Removed %d objects of the input under %s that this attempt did not write",
+                len(stale),
+                list(self.prefixes),
+            )
+
     # -- step 7: stage ----------------------------------------------------------------------------
 
     def _message(self, role: str, attempt: AttemptId) -> str:
@@ -639,17 +771,25 @@ class PublishEngine:
         record = LakefenceRecord(attempt, ROLE_STAGE, input_commit)
         metadata = {**(self.request.commit_metadata or {}), **encode_metadata(record)}
 
-        def commit(_answer_lost: bool) -> CommitInfo:
-            staged = client.commit(repo, staging, self._message(ROLE_STAGE, attempt), metadata)
-            return staged if staged is not None else CommitInfo(id=input_commit)  # nothing changed: C = I
+        message = self._message(ROLE_STAGE, attempt)
 
-        def landed(exc: LakeFSUnavailableError) -> CommitInfo | None:
+        def commit(_answer_lost: bool) -> CommitInfo:
+            staged = client.commit(repo, staging, message, metadata)
+            if staged is not None:
+                return staged
+            # "No changes" does not mean C = I: the staged commit is the one carrying this attempt's
+            # record on the staging branch's HEAD (an earlier call landed late), and a direct-mode
+            # job may have committed its output itself.
             head = client.get_commit(repo, staging)
             if decode_metadata(head.metadata) == record:
                 return head
             if head.id != input_commit:
-                raise exc
-            return None
+                return client.commit(repo, staging, message, metadata, allow_empty=True) or head
+            return CommitInfo(id=input_commit)  # nothing changed: C = I
+
+        def landed(_exc: LakeFSUnavailableError) -> CommitInfo | None:
+            head = client.get_commit(repo, staging)
+            return head if decode_metadata(head.metadata) == record else None
 
         return self._settle("commit", commit, landed)
 
@@ -665,11 +805,18 @@ class PublishEngine:
         }
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
+            if decision.action is Action.FAIL_CLOSED:
+                decision = dataclasses.replace(
+                    decision, reason=fail_closed_message(head, input_commit, attempt, self.request.target_branch)
+                )
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
             return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
+            if answer_lost:
+                # The try may have been cleared while the answer was lost: never write for a stale try.
+                self._check_fence("before another publish round", staging)
             # Every round reads the target afresh: a write that landed although its answer was lost
             # shows up as this attempt's own publication (the idempotent row). With the hard fence a
             # merge acts at once on the head read before the job, and the target is read only when
@@ -724,11 +871,31 @@ class PublishEngine:
                 raise PublishRaceError(
                     f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
                 ) from exc
+            except LakeFSPreconditionFailedError as exc:
+                # A 412 on a merge is a failed pre-merge hook whose message did not say so.
+                raise MergeHookRejectedError(
+                    f"a pre-merge hook rejected the publication into {target!r} (action run unknown): {exc}. "
+                    f"Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the repository's action "
+                    "runs (lakectl actions runs list), fix what the hook rejects, then clear the task.",
+                    staging_branch=staging,
+                ) from exc
             except LakeFSBadRequestError as exc:
-                if "dirty" not in str(exc).lower():
-                    raise
-                raise PublishRaceError(
-                    f"{target!r} has uncommitted changes: another writer is active on it; nothing merged",
+                text = str(exc).lower()
+                if "no changes" in text:
+                    # The staged commit is already in the target: an earlier request landed late. Its
+                    # outcome is re-read in the next round (the idempotent row), never merged again.
+                    raise LakeFSUnavailableError(
+                        f"merge answered 'no changes': {exc}", status=exc.status, operation="merge"
+                    ) from exc
+                if "dirty" in text:
+                    raise PublishRaceError(
+                        f"{target!r} has uncommitted changes: another writer is active on it; nothing merged. "
+                        f"{WHAT_TO_DO} find the writer (one writer per target), then clear the task.",
+                        staging_branch=staging,
+                    ) from exc
+                raise PublishFenceError(
+                    f"lakeFS refused the merge into {target!r}: {exc}. Nothing merged; staging branch "
+                    f"{staging!r} kept. {WHAT_TO_DO} read lakeFS's reason above, fix it, then clear the task.",
                     staging_branch=staging,
                 ) from exc
             failpoints.hit("after_publish_action")
@@ -797,7 +964,9 @@ class PublishEngine:
             )
         return MergeHookRejectedError(
             f"a pre-merge hook of the repository rejected the publication into {target!r} (action run "
-            f"{exc.run_id}): {exc}",
+            f"{exc.run_id}): {exc}. Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the hook "
+            f"run (lakectl actions runs describe lakefs://{self.request.repository} {exc.run_id}), fix what it "
+            "rejects, then clear the task.",
             staging_branch=staging,
         )
 
@@ -838,20 +1007,41 @@ class PublishEngine:
 
     # -- evidence and clean-up --------------------------------------------------------------------
 
-    def _mark_evidence(self, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError) -> None:
+    def _keep_as_evidence(self, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError) -> None:
+        """Record the kept branch in the run state first, then mark it on lakeFS.
+
+        A later try finds it through either record and never deletes it; the cleaner keeps a staged
+        branch without a marker unless its task instance succeeded.
+        """
+        error = type(exc).__name__
+        try:
+            record_evidence(self.run_state, staging, error)
+        except LakeFenceError as err:
+            self.log.warning("Could not record staging branch %s as evidence in the run state: %s", staging, err)
+        if not self._mark(attempt, staging, input_commit, error):
+            self.log.warning(
+                "Could not mark staging branch %s as evidence after %d tries; it is kept unmarked",
+                staging,
+                MARKER_TRIES,
+            )
+
+    def _mark(self, attempt: AttemptId, staging: str, input_commit: str, error: str) -> bool:
         # A marker commit on the kept branch tells retries and the cleaner it is evidence, not a
         # crash leftover; it names the error class only (a message could quote anything).
-        metadata = evidence_metadata(attempt, input_commit, type(exc).__name__)
-        try:
-            self.lakefs.commit(
-                self.request.repository,
-                staging,
-                f"lakefence: evidence of {type(exc).__name__}",
-                metadata,
-                allow_empty=True,
-            )
-        except LakeFenceError as err:
-            self.log.warning("Could not mark staging branch %s as evidence: %s", staging, err)
+        metadata = evidence_metadata(attempt, input_commit, error)
+        repo = self.request.repository
+        for _ in range(MARKER_TRIES):
+            try:
+                self.lakefs.commit(repo, staging, f"lakefence: evidence of {error}", metadata, allow_empty=True)
+                return True
+            except LakeFenceError as err:
+                self.log.warning("Marking staging branch %s as evidence failed: %s", staging, err)
+                try:  # a lost answer may hide a marker that landed
+                    if evidence_of(self.lakefs.get_commit(repo, staging).metadata):
+                        return True
+                except LakeFenceError:
+                    pass
+        return False
 
     def _delete_quietly(self, staging: str) -> None:
         if staging in self._deleted:

@@ -12,7 +12,7 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, Protocol
@@ -44,6 +44,15 @@ class CommitInfo:
 
 #: ``(done, total)`` files uploaded so far.
 UploadProgress = Callable[[int, int], None]
+
+
+class ChangedPathLike(Protocol):
+    """One entry of a diff (only its path is used)."""
+
+    @property
+    def path(self) -> str:
+        """The changed path."""
+        ...
 
 
 class LakeFSPort(Protocol):
@@ -83,6 +92,24 @@ class LakeFSPort(Protocol):
 
     def paths_outside(self, repository: str, branch: str, prefixes: Iterable[str], *, limit: int = 10) -> list[str]:
         """Up to ``limit`` uncommitted changes of ``branch`` outside ``prefixes``."""
+        ...
+
+    def list_objects(self, repository: str, ref: str, prefix: str = "") -> list[str]:
+        """Every object path under ``prefix`` at ``ref``."""
+        ...
+
+    def diff_uncommitted(self, repository: str, branch: str, *, prefix: str = "") -> Iterable[ChangedPathLike]:
+        """The uncommitted changes of ``branch`` under ``prefix``."""
+        ...
+
+    def diff_refs(
+        self, repository: str, left: str, right: str, *, prefix: str = "", limit: int = 1000
+    ) -> Sequence[ChangedPathLike]:
+        """Up to ``limit`` differences between two refs' trees under ``prefix``."""
+        ...
+
+    def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:
+        """Delete objects from a branch (uncommitted); missing paths are not an error."""
         ...
 
     def upload_tree(

@@ -35,6 +35,11 @@ from airflow_lakefence.exceptions import (
 Tree = dict[str, bytes]
 
 
+@dataclass(frozen=True)
+class _Changed:
+    path: str
+
+
 @dataclass
 class _Branch:
     head: str
@@ -234,6 +239,34 @@ class MemoryLakeFS:
             ref.staged[path] = local.read_bytes()
             if progress is not None:
                 progress(done, len(items))
+        return len(items)
+
+    def list_objects(self, repository: str, ref: str, prefix: str = "") -> list[str]:
+        self._count("list_objects")
+        self._check_repo(repository)
+        return sorted(path for path in self.trees[self._resolve(ref)] if path.startswith(prefix))
+
+    def diff_uncommitted(self, repository: str, branch: str, *, prefix: str = "") -> list[_Changed]:
+        self._count("diff_uncommitted")
+        self._check_repo(repository)
+        return [_Changed(path) for path in sorted(self._branch(branch).staged) if path.startswith(prefix)]
+
+    def diff_refs(
+        self, repository: str, left: str, right: str, *, prefix: str = "", limit: int = 1000
+    ) -> list[_Changed]:
+        self._count("diff_refs")
+        self._check_repo(repository)
+        a, b = self.trees[self._resolve(left)], self.trees[self._resolve(right)]
+        changed = sorted(p for p in set(a) | set(b) if p.startswith(prefix) and a.get(p) != b.get(p))
+        return [_Changed(path) for path in changed[:limit]]
+
+    def delete_objects(self, repository: str, branch: str, paths: Iterable[str]) -> int:
+        self._count("delete_objects")
+        self._check_repo(repository)
+        ref = self._branch(branch)
+        items = list(paths)
+        for path in items:
+            ref.staged[path] = None
         return len(items)
 
     # -- for jobs writing into a staging branch (direct mode) -------------------------------------

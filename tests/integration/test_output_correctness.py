@@ -164,7 +164,6 @@ def judge_head(repo: lakefs.Repository) -> Any:
 # -- 1. declared output prefixes are replaced, not appended ----------------------------------------
 
 
-@issue13("workspace mode appends to the declared prefix instead of replacing it")
 def test_three_reruns_leave_exactly_one_runs_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     commit_files(repo, "main", {f"{PREFIX}old-part.txt": "from before"}, "an older publication")
@@ -176,7 +175,6 @@ def test_three_reruns_leave_exactly_one_runs_files(dags: Any, seeded: tuple[lake
     assert read_text(repo, "main", "in/data.txt") == "input"  # outside the prefixes: untouched
 
 
-@issue13("no explicit option keeps the upsert behaviour")
 def test_upsert_option_keeps_earlier_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     assert dags.upsert_dag is not None, "FencedSparkPublishOperator has no output_mode='upsert'"
@@ -188,7 +186,6 @@ def test_upsert_option_keeps_earlier_files(dags: Any, seeded: tuple[lakefs.Repos
     assert objects(repo, "main", PREFIX) == [f"{PREFIX}part-0.txt", f"{PREFIX}part-1.txt"]
 
 
-@issue13("direct mode keeps input objects under the declared prefix that the job did not write")
 def test_direct_mode_replaces_declared_prefix(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     commit_files(repo, "main", {f"{PREFIX}old-part.txt": "old", "other/keep.txt": "k"}, "older")
@@ -214,7 +211,6 @@ def _die_once_after_publishing(seen: list[str], repo: lakefs.Repository, also: A
     failpoints.arm("after_verify", die)
 
 
-@issue13("a branch input is re-resolved by every try: the retry stacks on the dead try's publication")
 def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     seen: list[str] = []
@@ -231,7 +227,6 @@ def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple
     assert pins and pins[0]["commit"] == input_commit and pins[0]["ref"] == "main"
 
 
-@issue13("a tag input is re-resolved by every try")
 def test_tag_input_pinned_even_when_the_tag_moves(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     repo.tag("daily").create(input_commit)
@@ -265,7 +260,6 @@ def test_lost_staging_commit_answer_still_publishes(
     assert values["staged_commit"] != input_commit
 
 
-@issue13("a direct-mode job that commits its own output is published as 'noop': the output is dropped")
 def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     dr = run_dag(dags.direct_commit_dag, conf(repo, input_commit, {"files": {"out/committed.txt": "C"}}))
@@ -279,7 +273,6 @@ def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[la
     assert decode_metadata(staged.metadata) is not None  # the attempt's record stays on the staged commit
 
 
-@issue13("a merge that lands late is answered 'no changes' and fails the attempt")
 def test_merge_landing_late_is_idempotent(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -309,7 +302,6 @@ def test_merge_landing_late_is_idempotent(
     assert staging_branches(repo) == []
 
 
-@issue13("the attempt fence is not re-checked before the second publish round")
 def test_fence_rechecked_before_each_publish_round(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -340,7 +332,6 @@ def _assert_kept_as_evidence(repo: lakefs.Repository, branch: str, error: str) -
     assert repo.branch(branch).get_commit().metadata.get("lakefence.evidence") == error
 
 
-@issue13("failing closed before the job deletes the staging branch that XCom and the link still name")
 def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
@@ -359,7 +350,6 @@ def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
         _assert_kept_as_evidence(repo, named, type(error).__name__)
 
 
-@issue13("OutputPrefixError in workspace mode keeps nothing")
 def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
@@ -375,7 +365,6 @@ def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
     assert repo.branch("main").get_commit().id == input_commit
 
 
-@issue13("a 412 (pre-merge hook rejected the merge) deletes the branch and has no error class")
 def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -384,10 +373,10 @@ def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
     dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
-    assert type(error).__name__ == "PreMergeHookError", repr(error)
+    assert type(error).__name__ == "MergeHookRejectedError", repr(error)
     assert isinstance(error, PublishFenceError) and error.staging_branch
     assert "hook" in str(error) and "What to do:" in str(error)
-    _assert_kept_as_evidence(repo, error.staging_branch, "PreMergeHookError")
+    _assert_kept_as_evidence(repo, error.staging_branch, "MergeHookRejectedError")
     assert repo.branch("main").get_commit().id == input_commit
 
 
@@ -406,21 +395,19 @@ hooks:
 
 
 @pytest.mark.real_lakefs
-@issue13("a 412 from a real Lua pre-merge hook is not an error class naming the hook run")
 def test_real_pre_merge_hook_rejection_names_the_hook_run(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     input_commit = commit_files(repo, "main", {"_lakefs_actions/reject.yaml": REJECT_ACTION}, "install the hook")
     dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
-    assert type(error).__name__ == "PreMergeHookError", repr(error)
-    run_id = getattr(error, "run_id", None)
+    assert type(error).__name__ == "MergeHookRejectedError", repr(error)
+    run_id = getattr(error.__cause__, "run_id", None)
     assert run_id and run_id in str(error)
     assert "rejected by the issue-13 test hook" in str(error)
-    _assert_kept_as_evidence(repo, error.staging_branch, "PreMergeHookError")  # type: ignore[attr-defined]
+    _assert_kept_as_evidence(repo, error.staging_branch, "MergeHookRejectedError")  # type: ignore[attr-defined]
 
 
-@issue13("a merge answered 400 (other than a dirty target) deletes the branch")
 def test_merge_400_other_than_dirty_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -436,7 +423,6 @@ def test_merge_400_other_than_dirty_keeps_evidence(
     assert repo.branch("main").get_commit().id == input_commit
 
 
-@issue13("the evidence marker commit is tried once and only logged when it fails")
 def test_evidence_marker_commit_is_retried(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -451,7 +437,6 @@ def test_evidence_marker_commit_is_retried(
     _assert_kept_as_evidence(repo, error.staging_branch, "PublishFenceError")
 
 
-@issue13("an evidence branch whose marker failed is deleted by the next try")
 def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -478,7 +463,6 @@ def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
 # -- 5. superseded is not abandoned -----------------------------------------------------------------
 
 
-@issue13("clearing a successful try makes its publication 'abandoned' and the new try does not say superseded")
 def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = asset_repo13
     dr = run_dag(dags.assets_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
@@ -540,7 +524,6 @@ def asset_events13() -> list[dict[str, Any]]:
 # -- 6. messages that tell the user what to do ------------------------------------------------------
 
 
-@issue13("fail-closed messages state the fence's view but not what to do")
 def test_message_later_run_published_on_top(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     day1 = run_dag(dags.workspace_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
@@ -554,7 +537,6 @@ def test_message_later_run_published_on_top(dags: Any, seeded: tuple[lakefs.Repo
     assert repo.branch("main").get_commit().id == top
 
 
-@issue13("fail-closed messages state the fence's view but not what to do")
 def test_message_another_tasks_publication(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     other = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"x/a.txt": "A"}}))
@@ -565,7 +547,6 @@ def test_message_another_tasks_publication(dags: Any, seeded: tuple[lakefs.Repos
     assert "lf13_direct" in message and "pool" in message and "What to do:" in message
 
 
-@issue13("fail-closed messages state the fence's view but not what to do")
 def test_message_foreign_commit(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
@@ -575,7 +556,6 @@ def test_message_foreign_commit(dags: Any, seeded: tuple[lakefs.Repository, str]
     assert foreign in message and "without a lakefence record" in message and "What to do:" in message
 
 
-@issue13("fail-closed messages state the fence's view but not what to do")
 def test_message_target_moved_since_the_input_was_pinned(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     commit_files(repo, "main", {"x1.txt": "1"}, "one")
@@ -589,7 +569,6 @@ def test_message_target_moved_since_the_input_was_pinned(dags: Any, seeded: tupl
 # -- 7. mapped tasks --------------------------------------------------------------------------------
 
 
-@issue13("the second mapped instance fails with a message about 'another key'")
 def test_second_mapped_instance_fails_before_its_job(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_server: Any
 ) -> None:
@@ -614,7 +593,6 @@ def test_second_mapped_instance_fails_before_its_job(
 # -- 8. the cleaning of earlier tries ---------------------------------------------------------------
 
 
-@issue13("a retry deletes every other try's staging branch of its key, even a newer try's")
 def test_retry_never_deletes_a_newer_tries_branch(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     newer: list[str] = []
@@ -631,7 +609,6 @@ def test_retry_never_deletes_a_newer_tries_branch(dags: Any, seeded: tuple[lakef
     assert newer[0] in staging_branches(repo)
 
 
-@issue13("a failed delete of an earlier try's staging branch fails the attempt")
 def test_failed_cleanup_delete_never_fails_the_attempt(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
