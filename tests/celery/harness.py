@@ -46,9 +46,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 def redis_server_binary() -> str | None:
     """The ``redis-server`` executable, or ``None`` when Redis is not installed."""
-    return shutil.which("redis-server") or (
-        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
-    )
+    return shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
 
 
 class CeleryStack(AirflowStack):
@@ -152,12 +150,18 @@ class CeleryStack(AirflowStack):
         self.redis = subprocess.Popen(
             [
                 binary,
-                "--port", str(self._redis_port),
-                "--bind", "127.0.0.1",
-                "--dir", str(directory),
-                "--save", "",
-                "--appendonly", "no",
-                "--daemonize", "no",
+                "--port",
+                str(self._redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(directory),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -195,15 +199,26 @@ class CeleryStack(AirflowStack):
         log = open(self.logs / f"{name}.log", "ab")  # closed in stop()
         self._log_files.append(log)
         args = [
-            sys.executable, "-m", "airflow", "celery", "worker",
-            "--celery-hostname", name,
-            "--concurrency", str(self.worker_concurrency),
+            sys.executable,
+            "-m",
+            "airflow",
+            "celery",
+            "worker",
+            "--celery-hostname",
+            name,
+            "--concurrency",
+            str(self.worker_concurrency),
             "--skip-serve-logs",  # its logs are read from its folder (the hostname is not an address)
-            "--without-gossip", "--without-mingle",
+            "--without-gossip",
+            "--without-mingle",
         ]
         self.workers[name] = subprocess.Popen(
-            args, env=self.worker_environment(name), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=home,
+            args,
+            env=self.worker_environment(name),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=home,
         )
         if wait:
             self.wait_workers([name])

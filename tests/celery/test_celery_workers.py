@@ -160,6 +160,8 @@ def test_clear_running_try_the_stale_worker_never_publishes(
     where, log_1 = celery_stack.task_log(dag_id, run_id, "publish", 1)
     assert where == worker_1 and "on_kill" in log_1, log_1[-3000:]
     assert "Publish fence" not in log_1
+    where_2, log_2 = celery_stack.task_log(dag_id, run_id, "publish", 2)
+    assert where_2 == tries[1]["hostname"] and "Publish fence: merge" in log_2, log_2[-3000:]
 
 
 # -- 2-3. mark failed / mark success of a running fenced task -------------------------------------
@@ -379,9 +381,7 @@ def test_lakefs_restarted_during_publish_nothing_lost_nothing_twice(
 
     def met_the_outage() -> bool:
         # Each try's own log, on its worker: its publish call found lakeFS gone.
-        return all(
-            "outcome unknown" in celery_stack.task_log(dag_id, run_id, task, 1)[1].lower() for task in tasks
-        )
+        return all("outcome unknown" in celery_stack.task_log(dag_id, run_id, task, 1)[1].lower() for task in tasks)
 
     wait_for("both publishes to meet the stopped lakeFS", met_the_outage, 60, interval=0.1)
     real_lakefs.start()
