@@ -48,6 +48,13 @@ _REQUIRED_QUERY = {
     "copyObject": ("dest_path",),
     "hardResetBranch": ("ref",),
 }
+# Query parameters of api/swagger.yml without ``allowEmptyValue``: an empty value is a 400.
+_NO_EMPTY_QUERY = frozenset(
+    {
+        "amount", "type", "objects", "prefixes", "path", "dest_path", "ref", "force", "source_metarange",
+        "show_hidden", "user_metadata", "presign", "first_parent", "limit", "include_right_stats", "bare",
+    }
+)
 
 _R = "/api/v1/repositories/<repository>"
 _ROUTES: list[tuple[str, str, str]] = [
@@ -169,19 +176,16 @@ def _schema_error(name: str, problem: str, schema: dict[str, Any], value: Any) -
 def _validate_query(operation: str, request: Request) -> None:
     """Check query parameters as lakeFS's OpenAPI middleware does, before authentication."""
     for name in _REQUIRED_QUERY.get(operation, ()):
-        value = request.args.get(name)
-        if value is None:
+        if request.args.get(name) is None:
             raise errors.bad_request(f'parameter "{name}" in query has an error: value is required but missing')
-        if value == "":
+    for name, value in request.args.items(multi=True):
+        # Only prefix, after, delimiter, since, stop_at (and a few others) may be empty.
+        if value == "" and name in _NO_EMPTY_QUERY:
             raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
-    if operation == "logCommits":
-        for name in ("objects", "prefixes"):
-            if "" in request.args.getlist(name):
-                raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
-    if operation == "logCommits":
-        for name in ("objects", "prefixes"):
-            if "" in request.args.getlist(name):
-                raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
+    for name, value in request.args.items(multi=True):
+        # Only prefix, after, delimiter, since, stop_at (and a few others) may be empty.
+        if value == "" and name in _NO_EMPTY_QUERY:
+            raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
     raw = request.args.get("amount")
     if raw:
         try:

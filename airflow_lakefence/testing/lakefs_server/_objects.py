@@ -150,12 +150,12 @@ class ObjectsMixin(StoreBase):
             tx.writable_repository(repo, force)
             head = tx.commit(repo, tx.require_branch(repo, branch))
             for path in paths:
-                if tx.tree_get(head.meta_range_id, path) is not None:
+                # As lakeFS's deleteUnsafe: a tombstone when the path is staged or committed (a
+                # tombstone of an uncommitted path still hides it after a hard reset to a commit
+                # that has it); nothing when it is already a tombstone or nowhere.
+                found, staged = tx.staged(repo, branch, path)
+                if (found and staged is not None) or (not found and tx.tree_get(head.meta_range_id, path) is not None):
                     tx.stage(repo, branch, path, None)
-                else:
-                    tx.conn.execute(
-                        "DELETE FROM staging WHERE repo = ? AND branch = ? AND path = ?", (repo, branch, path)
-                    )
 
     def copy_object(
         self, repo: str, branch: str, dest_path: str, src_ref: str, src_path: str, force: bool = False

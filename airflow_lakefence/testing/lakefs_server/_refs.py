@@ -283,8 +283,19 @@ class RefsMixin(StoreBase):
                     "DELETE FROM staging WHERE repo = ? AND branch = ? AND path = ?", (repo, branch, path)
                 )
             else:
-                # lakeFS's ResetPrefix seals the staging token and writes the resets to a new one.
+                # lakeFS's ResetPrefix seals the staging token and writes the resets to a new one,
+                # except that a path the commit lacks gets its tombstone in the sealed token.
                 tx.seal(repo, branch)
+                tree = tx.commit(repo, tx.require_branch(repo, branch)).meta_range_id
+                end = upper_bound(path) if path else "\U0010ffff"
+                for (sealed_path,) in tx.conn.execute(
+                    "SELECT path FROM sealed WHERE repo = ? AND branch = ? AND path >= ? AND path < ?",
+                    (repo, branch, path, end),
+                ).fetchall():
+                    if tx.tree_get(tree, sealed_path) is None:
+                        tx.conn.execute(
+                            "DELETE FROM sealed WHERE repo = ? AND branch = ? AND path = ?", (repo, branch, sealed_path)
+                        )
                 if path:
                     tx.conn.execute(
                         "DELETE FROM staging WHERE repo = ? AND branch = ? AND path >= ? AND path < ?",
