@@ -113,7 +113,7 @@ def probe_abandoned(
         commit = client.get_commit(repository, branch)
     except LakeFSNotFoundError as exc:
         raise InputRefError(f"branch {branch!r} not found in repository {repository!r}") from exc
-    head = HeadState(commit.id, commit.parents, commit.metadata, commit.version)
+    head = HeadState.of(commit)
     first = publication_of(head, scope)
     if isinstance(first, Judgement):
         return first
