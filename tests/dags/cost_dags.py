@@ -8,21 +8,18 @@ boundary between the lakeFS calls of one attempt and the next.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pendulum
 from airflow.sdk import DAG
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
 
-HERE = Path(__file__).resolve().parent
-FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
-JOB = str(HERE.parent / "jobs" / "write_job.py")
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import failure_recording_dag, fenced_spark
 
 #: Set by a test: ``PROBE["try_start"]`` is called with the context at the start of every try.
 PROBE: dict[str, Callable[[Any], None] | None] = {"try_start": None}
@@ -37,36 +34,12 @@ def _try_start(context: Any) -> None:
         hook(context)
 
 
-def _record_failure(context: Any) -> None:
-    ti = context["ti"]
-    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
-
-
 def _fenced(**kwargs: Any) -> FencedSparkPublishOperator:
-    return FencedSparkPublishOperator(
-        task_id="publish",
-        conn_id="spark_local",
-        application=JOB,
-        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
-        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
-        repository="{{ dag_run.conf['repository'] }}",
-        target_branch="{{ dag_run.conf['target'] }}",
-        input_ref="{{ dag_run.conf['input_ref'] }}",
-        stale_grace_period=0,
-        pre_execute=_try_start,
-        **kwargs,
-    )
+    return fenced_spark("publish", pre_execute=_try_start, **kwargs)
 
 
 def _dag(dag_id: str, retries: int = 0) -> DAG:
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        render_template_as_native_obj=True,
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
-    )
+    return failure_recording_dag(dag_id, FAILURES, retries)
 
 
 with _dag("lf_cost_direct") as direct_dag:

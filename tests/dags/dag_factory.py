@@ -1,0 +1,60 @@
+"""The one factory of the test DAGs run under ``dag.test()`` (fenced_test_dags, cost_dags,
+reliability_dags): a DAG that records each failed try's exception, and the fenced Spark task
+configured from ``dag_run.conf`` (repository, target, input_ref, job) with the fake spark-submit.
+
+DAG modules load it with :func:`load` (by path: the dags folder is not a package).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_lakefence.operators import FencedSparkPublishOperator
+
+HERE = Path(__file__).resolve().parent
+FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
+WRITE_JOB = str(HERE.parent / "jobs" / "write_job.py")
+
+Failures = dict[tuple[str, int], BaseException]
+
+
+def failure_recording_dag(dag_id: str, failures: Failures, retries: int = 0) -> DAG:
+    """A manual DAG with native rendering (conf values keep their types), no retry delay, and every
+    failed try's exception kept in ``failures[(dag_id, try_number)]``.
+    """
+
+    def record(context: Any) -> None:
+        ti = context["ti"]
+        failures[(ti.dag_id, ti.try_number)] = context["exception"]
+
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        render_template_as_native_obj=True,
+        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": record},
+    )
+
+
+def fenced_spark(task_id: str = "publish", *, job: str = WRITE_JOB, **kwargs: Any) -> FencedSparkPublishOperator:
+    """The fenced Spark task of the test DAGs, configured from ``dag_run.conf``; ``kwargs`` override."""
+    defaults: dict[str, Any] = {
+        "conn_id": "spark_local",
+        "application": job,
+        # A prefix keeps native rendering from parsing the spec.
+        "application_args": ["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
+        "env_vars": {"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        "repository": "{{ dag_run.conf['repository'] }}",
+        "target_branch": "{{ dag_run.conf['target'] }}",
+        "input_ref": "{{ dag_run.conf['input_ref'] }}",
+        "stale_grace_period": 0,
+    }
+    return FencedSparkPublishOperator(task_id=task_id, **{**defaults, **kwargs})
