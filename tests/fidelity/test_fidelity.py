@@ -12,8 +12,8 @@ from tests.fidelity._harness import Server, run_seed
 
 pytestmark = pytest.mark.real_lakefs
 
-CI_SEEDS = range(24)
-STEPS = 60
+CI_SEEDS = range(30)
+STEPS = 70
 
 
 def test_random_operations_answer_alike(fidelity_servers: list[Server]) -> None:
