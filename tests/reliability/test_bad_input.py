@@ -136,7 +136,9 @@ RUNTIME: dict[str, Case] = {
     "files outside output prefixes (workspace)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        CREATED_AND_DELETED,
+        # issue 13: the offending workspace is uploaded and kept as evidence, marked like any other
+        {"createBranch": 1, "uploadObject": 2, "commit": 1},
+        evidence=True,
     ),
     "files outside output prefixes (direct)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
