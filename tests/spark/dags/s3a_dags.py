@@ -87,3 +87,6 @@ with _dag("lf_s3a_example_workspace") as example_workspace_dag:
 
 with _dag("lf_s3a_cluster_probe", retries=1) as cluster_probe_dag:
     _fenced("spark_cluster", PROBE_JOB, "direct", "tables/probe/")
+
+with _dag("lf_s3a_cluster_probe_once") as cluster_probe_once_dag:
+    _fenced("spark_cluster", PROBE_JOB, "direct", "tables/probe/")
