@@ -75,8 +75,9 @@ with DAG(
     )
 
     @task
-    def report(output_ref: str) -> dict[str, int]:
-        """Read the published table at the exact commit the fenced task reported."""
+    def report(output_ref: str, input_ref: str) -> dict[str, int]:
+        """Read the published table at the exact commit the fenced task reported, and check that it
+        counts exactly the input's events (a re-run that stacked part files would count them twice)."""
         import pyarrow.parquet as pq
         from lakefs_spec import LakeFSFileSystem
 
@@ -92,6 +93,9 @@ with DAG(
         table = pq.read_table(f"{REPOSITORY}/{output_ref}/{OUTPUT_PREFIX}", filesystem=fs)
         counts = {str(row["day"]): int(row["events"]) for row in table.to_pylist()}
         print(f"published commit {output_ref}: {len(counts)} days, {sum(counts.values())} events")
+        events = pq.read_table(f"{REPOSITORY}/{input_ref}/events/", filesystem=fs).num_rows
+        if sum(counts.values()) != events:
+            raise ValueError(f"published {sum(counts.values())} events, but input commit {input_ref} holds {events}")
         return counts
 
     # Readers wait until main is settled: its HEAD is not a publication whose try died (or is
@@ -106,5 +110,5 @@ with DAG(
         timeout=timedelta(hours=1),
     )
 
-    publish >> main_settled >> report(publish.output)
+    publish >> main_settled >> report(publish.output, publish.output["input_ref"])
 # [END lakefence_example]
