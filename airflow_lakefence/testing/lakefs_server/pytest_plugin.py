@@ -201,8 +201,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Remember where the launched lakeFS's log stood when the test started."""
     server = getattr(getattr(item, "funcargs", {}).get("lakefs_server"), "server", None)
-    if hasattr(server, "ensure_running"):
-        code = server.ensure_running()
+    ensure_running = getattr(server, "ensure_running", None)
+    if ensure_running is not None:
+        code = ensure_running()
         if code is not None:
             # Something outside the test (a signal from another process) stopped it: say so, go on.
             item.warn(pytest.PytestWarning(f"real lakeFS had exited ({code}) before this test: restarted it"))
