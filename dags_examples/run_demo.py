@@ -164,7 +164,8 @@ def serve_ui(home: Path, rows: int, port: int) -> int:
             return standalone.wait()
         except KeyboardInterrupt:
             print("\nStopping Airflow and lakeFS...", flush=True)
-            return _stop_group(standalone)
+            _stop_group(standalone)
+            return 0  # stopped as asked
         finally:
             # A component that outlived `airflow standalone` (it does not always stop its children).
             with contextlib.suppress(ProcessLookupError):

@@ -217,6 +217,7 @@ def test_the_readmes_ui_demo_runs_the_example(tmp_path: Path) -> None:
         demo.send_signal(signal.SIGTERM)
         demo.wait(timeout=180)
         log.close()
+    assert demo.returncode == 0, "a requested stop is a clean exit"
     # Every Airflow component runs in the demo's home (its cwd): none may outlive the demo.
     home = str((tmp_path / "home").resolve())
     leftovers = []
