@@ -18,6 +18,7 @@ from airflow.sdk import BaseHook
 from airflow_lakefence.core.engine import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError, JobError, SparkJobError
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
+from airflow_lakefence.spark import kubernetes_secret_conf, s3a_submit_options
 
 DEFAULT_SPARK_CONN_ID = "spark_default"
 
@@ -68,10 +69,17 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     The lakeFS arguments (``repository``, ``target_branch``, ``input_ref``, ``write_mode``...) are
     those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
 
+    :param s3a: read and write lakeFS through its S3 gateway: adds the ``hadoop-aws`` package that
+        matches the installed PySpark's Hadoop (resolved by Spark's ``--packages`` from Maven) and
+        turns S3A on in :func:`airflow_lakefence.spark.lakefence_spark_session`.
+    :param kubernetes_credentials_secret: on Kubernetes, the name of a Secret holding
+        ``access_key_id`` / ``secret_access_key``: the driver pod gets them by reference
+        (:func:`airflow_lakefence.spark.kubernetes_secret_conf`), never as values in argv.
     :param kwargs: those, and everything :class:`SparkSubmitOperator` takes (``application``,
         ``conn_id``, ``conf``, ``env_vars``...). ``durable`` is forced off: each attempt runs its
         own job into its own staging branch.
-    :raises InvalidInputError: at DAG parse time, for arguments that can never work.
+    :raises InvalidInputError: at DAG parse time, for arguments that can never work (an S3AConfigError
+        for a pinned ``hadoop-aws`` that does not match PySpark's Hadoop; a bad Secret name).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, *FENCED_TEMPLATE_FIELDS)
@@ -79,10 +87,17 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     job_name: ClassVar[str] = "Spark job"
     job_error: ClassVar[type[JobError]] = SparkJobError
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, s3a: bool = False, kubernetes_credentials_secret: str | None = None, **kwargs: Any) -> None:
         kwargs["durable"] = False
         self.spark_conn_id: str = kwargs.get("conn_id", DEFAULT_SPARK_CONN_ID)
+        self.s3a = s3a
+        self.kubernetes_credentials_secret = kubernetes_credentials_secret
         super().__init__(**kwargs)
+        # Fail at parse time, not in the worker, when the arguments can never work.
+        if kubernetes_credentials_secret is not None:
+            kubernetes_secret_conf(kubernetes_credentials_secret)
+        if s3a and not (isinstance(self.packages, str) and "{{" in self.packages):
+            s3a_submit_options(self.packages)
 
     def validate_job(self) -> None:
         """Refuse a missing Spark connection: the provider would silently fall back to YARN.
@@ -132,14 +147,20 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
             extra = self.lakefs_hook.credentials_env()
         if master.startswith("local") and "SPARK_LOCAL_IP" not in {**os.environ, **(self.env_vars or {})}:
             extra["SPARK_LOCAL_IP"] = "127.0.0.1"
-        original_conf, original_env = self.conf, self.env_vars
-        self.conf = {**(original_conf or {}), **{f"spark.lakefence.{conf_name(k)}": v for k, v in env.items()}}
+        original_conf, original_env, original_packages = self.conf, self.env_vars, self.packages
+        conf: dict[str, Any] = {**(original_conf or {})}
+        if self.s3a:
+            options = s3a_submit_options(self.packages, conf)
+            self.packages, conf = options.packages, dict(options.conf)
+        if self.kubernetes_credentials_secret is not None:
+            conf.update(kubernetes_secret_conf(self.kubernetes_credentials_secret))
+        self.conf = {**conf, **{f"spark.lakefence.{conf_name(k)}": v for k, v in env.items()}}
         self.env_vars = {**(original_env or {}), **env, **extra}
         try:
             SparkSubmitOperator.execute(self, context)
         finally:
             # The credentials live in the task object only while the job runs.
-            self.conf, self.env_vars = original_conf, original_env
+            self.conf, self.env_vars, self.packages = original_conf, original_env, original_packages
 
     def execute(self, context: Any) -> str:  # type: ignore[override]
         """Run the fenced protocol around the Spark job; return the output ref.

@@ -16,7 +16,6 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
-from airflow_lakefence.spark import s3a_submit_options
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE_JOB = str(HERE.parents[2] / "dags_examples" / "jobs" / "daily_counts.py")
@@ -25,26 +24,25 @@ PROBE_JOB = str(HERE.parent / "jobs" / "probe_job.py")
 #: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
 FAILURES: dict[tuple[str, int], BaseException] = {}
 
-# What a DAG author writes for S3A: the operator-side options, nothing about endpoints or keys.
-S3A = s3a_submit_options(
-    conf={
-        "spark.pyspark.python": sys.executable,
-        "spark.sql.shuffle.partitions": "2",
-        "spark.log.level": "WARN",
-        "spark.driver.host": "127.0.0.1",
-        "spark.executor.memory": "512m",
-        # The probes read the live UI's REST API and the event log.
-        "spark.ui.enabled": "true",
-        "spark.ui.port": "0",
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": "{{ dag_run.conf['event_log_dir'] }}",
-        # Plain JSON lines, so the tests can search the file for the secret.
-        "spark.eventLog.compress": "false",
-        "spark.eventLog.rolling.enabled": "false",
-        # One retry per task inside Spark: the probe's failing first attempts get a second one.
-        "spark.task.maxFailures": "2",
-    }
-)
+# What a DAG author writes for S3A: `s3a=True` and the job's own tuning, nothing about endpoints,
+# keys or the hadoop-aws coordinate.
+SPARK_CONF = {
+    "spark.pyspark.python": sys.executable,
+    "spark.sql.shuffle.partitions": "2",
+    "spark.log.level": "WARN",
+    "spark.driver.host": "127.0.0.1",
+    "spark.executor.memory": "512m",
+    # The probes read the live UI's REST API and the event log.
+    "spark.ui.enabled": "true",
+    "spark.ui.port": "0",
+    "spark.eventLog.enabled": "true",
+    "spark.eventLog.dir": "{{ dag_run.conf['event_log_dir'] }}",
+    # Plain JSON lines, so the tests can search the file for the secret.
+    "spark.eventLog.compress": "false",
+    "spark.eventLog.rolling.enabled": "false",
+    # One retry per task inside Spark: the probe's failing first attempts get a second one.
+    "spark.task.maxFailures": "2",
+}
 
 
 def _record_failure(context: Any) -> None:
@@ -67,8 +65,8 @@ def _fenced(conn_id: str, application: str, write_mode: str, output_prefix: str)
         task_id="publish",
         conn_id=conn_id,
         application=application,
-        packages=S3A.packages,
-        conf=S3A.conf,
+        s3a=True,
+        conf=SPARK_CONF,
         env_vars={"SPARK_LOCAL_IP": "127.0.0.1", "LAKEFENCE_PROBE": "{{ dag_run.conf.get('probe', {}) | tojson }}"},
         repository="{{ dag_run.conf['repository'] }}",
         target_branch="main",
