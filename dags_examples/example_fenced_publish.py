@@ -4,6 +4,11 @@ resolve the input once -> fenced PySpark job -> a downstream task that reads the
 
 Run it end to end on this machine with ``tox -e demo`` (local Spark, SQLite, the project's local
 lakeFS server). The repository name comes from ``LAKEFENCE_EXAMPLE_REPOSITORY``.
+
+``LAKEFENCE_EXAMPLE_S3A=1`` selects the S3A flavour for a real lakeFS: the job reads the pinned
+input and writes its output with Spark through lakeFS's S3 gateway (direct mode). The embedded
+default cannot: the local lakeFS-compatible server has no S3 gateway, so there the job reads the
+input on the driver and writes a workspace the operator uploads.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from airflow_lakefence.sensors import AbandonedPublicationSensor
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 TARGET = "main"
 OUTPUT_PREFIX = "tables/daily_counts/"
+S3A = os.environ.get("LAKEFENCE_EXAMPLE_S3A") == "1"
 # Downstream DAGs scheduled on this Asset get an event per publication, with the exact commit.
 DAILY_COUNTS = Asset(f"lakefs://{REPOSITORY}/{TARGET}/{OUTPUT_PREFIX}")
 
@@ -50,7 +56,9 @@ with DAG(
         repository=REPOSITORY,
         target_branch=TARGET,
         input_ref=resolve_input.output,
-        write_mode="workspace",
+        # S3A: Spark writes into the attempt's staging branch itself; else a workspace is uploaded.
+        write_mode="direct" if S3A else "workspace",
+        s3a=S3A,
         output_prefixes=[OUTPUT_PREFIX],
         # run_id, not ds: a run triggered without a logical date (the REST API default) has no ds.
         commit_message="daily counts, run {{ run_id }}",
@@ -68,9 +76,10 @@ with DAG(
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             "spark.pyspark.python": sys.executable,
-            # No _SUCCESS / .crc files in the uploaded output.
+            # No _SUCCESS file in the output.
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-            "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+            # No .crc files in the workspace (S3A buffers uploads through the checksummed local FS).
+            **({} if S3A else {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}),
         },
     )
 
