@@ -363,7 +363,15 @@ class PublishEngine:
         staging = staging_branch_name(attempt, req.staging_prefix)
         # The input is resolved once per run (creating the staging branch resolves it): every later
         # try of the run uses the same commit.
-        input_commit, pinned = pin_input(self.run_state, req.input_ref, lambda ref: self._create_staging(staging, ref))
+        try:
+            input_commit, pinned = pin_input(
+                self.run_state, req.input_ref, lambda ref: self._create_staging(staging, ref)
+            )
+        except LakeFenceError:
+            # A try cleared meanwhile loses its run state (the server archived its task-instance
+            # id): that is staleness, reported as such, not a failure of the store.
+            self._check_fence("before the job", staging)
+            raise
         if pinned:
             self._create_staging(staging, input_commit)
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)

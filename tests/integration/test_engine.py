@@ -25,6 +25,7 @@ from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
+    LakeFenceError,
     LakeFSUnavailableError,
     OutputPrefixError,
     PublishBudgetError,
@@ -281,6 +282,29 @@ def test_a_stale_attempt_publishes_nothing(world: World, point: str, where: str)
     assert world.head().id == world.input
     assert world.branches() == []
     assert world.port.calls.get("merge", 0) == 0
+
+
+class ArchivedRunState:
+    """The run state of a try whose task-instance id the server archived (a clear): every call fails."""
+
+    def get(self, key: str) -> Any:
+        raise LakeFenceError(f"could not read {key!r} from task_state_store: TaskInstanceNotFound")
+
+    def set(self, key: str, value: Any) -> None:
+        raise LakeFenceError(f"could not write {key!r} to task_state_store: TaskInstanceNotFound")
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_a_run_state_failure_of_a_cleared_try_is_staleness(world: World, stale: bool) -> None:
+    run = Run(world)
+    run.fence.reason = "cleared" if stale else None
+    engine = run.engine()
+    engine.run_state = ArchivedRunState()
+    with pytest.raises(LakeFenceError) as info:
+        engine.run(run.job, report=run.reported.append)
+    # Cleared: StaleAttemptError (nothing ran); still current: the store's own failure, fail closed.
+    assert isinstance(info.value, StaleAttemptError) is stale
+    assert run.seen == [] and world.head().id == world.input and world.branches() == []
 
 
 def test_a_lost_staging_branch_creation_that_landed_is_recognised(world: World) -> None:
