@@ -70,7 +70,7 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLakeFS]:
     """A real lakeFS of the tier's own (a scenario restarts it), with credentials made up for the session."""
     try:
@@ -121,7 +121,7 @@ def _create_repositories(server: RealLakeFS) -> None:
                 repo.branch(target).create(source_reference="main")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
     """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
     if redis_server_binary() is None:

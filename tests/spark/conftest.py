@@ -116,9 +116,9 @@ class SparkCluster:
         return "\n".join(parts)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_cluster() -> Iterator[SparkCluster]:
-    """A standalone Spark master and one worker from PySpark's own launch classes (session-wide).
+    """A standalone Spark master and one worker from PySpark's own launch classes (for the module).
 
     The daemons get an environment without any lakeFS credential, so executors can only get them
     the way the job hands them out (its Hadoop configuration).
