@@ -535,8 +535,12 @@ def judge_head(lake: Lake, repository: str, registry: AttemptRegistry, branch: s
     )
 
 
-def run_cleaner(lake: Lake, repository: str, registry: AttemptRegistry) -> dict[str, Any]:
+def run_cleaner(
+    lake: Lake, repository: str, registry: AttemptRegistry, *, delete_evidence: bool = False
+) -> dict[str, Any]:
     """Run ``LakeFSStagingCleanupOperator``'s decisions and deletes against the registry's Airflow state.
+
+    :param delete_evidence: the cleaner's ``delete_evidence`` (also delete kept evidence branches).
 
     :return: the cleaner's report (``deleted``, ``kept``).
     """
@@ -545,7 +549,9 @@ def run_cleaner(lake: Lake, repository: str, registry: AttemptRegistry) -> dict[
     from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator
 
     client = LakeFSClient(lake.url, lake.access_key_id, lake.secret_access_key)
-    cleaner = LakeFSStagingCleanupOperator(task_id="clean", repository=repository, publishers=[(DAG_ID, TASK_ID)])
+    cleaner = LakeFSStagingCleanupOperator(
+        task_id="clean", repository=repository, publishers=[(DAG_ID, TASK_ID)], delete_evidence=delete_evidence
+    )
     branches = []
     for name, head in client.list_branches(repository, "lakefence-", show_hidden=True):
         branch = inspect_branch(name, head, client.get_commit(repository, head).metadata, "lakefence")
