@@ -25,6 +25,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
+from airflow_lakefence.core.engine import PUBLISH_ROUNDS
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import InvalidInputError, LakeFSUnavailableError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
@@ -85,8 +86,9 @@ CALLS = [
 BASELINE = {
     "workspace": {"getCommit": 3, "createBranch": 1, "uploadObject": 2, "commit": 1, "mergeIntoBranch": 1,
                   "deleteBranch": 1},
-    "direct": {"getCommit": 3, "createBranch": 1, "uploadObject": 2, "diffBranch": 1, "commit": 1,
-               "mergeIntoBranch": 1, "deleteBranch": 1},
+    # output_mode="replace" lists the declared prefix at the input once (what the job did not write goes).
+    "direct": {"getCommit": 3, "createBranch": 1, "uploadObject": 2, "diffBranch": 1, "listObjects": 1,
+               "commit": 1, "mergeIntoBranch": 1, "deleteBranch": 1},
     "replace": {"getCommit": 6, "createBranch": 2, "uploadObject": 6, "commit": 2, "mergeIntoBranch": 1,
                 "deleteBranch": 2, "listBranches": 1, "hardResetBranch": 1},
 }  # fmt: skip
@@ -220,17 +222,34 @@ def test_one_fault_at_each_call(
     assert staging_branches(repo) == []
 
 
-#: (call, how many consecutive failures exhaust the budget, the operation the error names).
+#: (call, how many consecutive failures exhaust the budget, the operation the error names). Reads
+#: are retried by the adapter (4 tries); a write is never repeated blindly: the engine settles each
+#: lost answer from fresh state, for at most PUBLISH_ROUNDS rounds (docs/reliability.md).
 EXHAUSTED = [
     (Call("getCommit", "workspace", 1, False, ""), 4, "get_commit"),
-    (Call("createBranch", "workspace", 1, True, ""), 2, "create_branch"),
+    (Call("createBranch", "workspace", 1, True, ""), PUBLISH_ROUNDS, "create_branch"),
     (Call("uploadObject", "workspace", 1, False, ""), 4, "upload_object"),
-    (Call("commit", "workspace", 1, True, ""), 2, "commit"),
-    (Call("mergeIntoBranch", "workspace", 1, True, ""), 2, "merge"),
+    (Call("commit", "workspace", 1, True, ""), PUBLISH_ROUNDS, "commit"),
+    (Call("mergeIntoBranch", "workspace", 1, True, ""), PUBLISH_ROUNDS, "merge"),
     (Call("diffBranch", "direct", 1, False, ""), 4, "diff_branch"),
-    (Call("listBranches", "replace", 1, False, ""), 4, "list_branches"),
-    (Call("hardResetBranch", "replace", 1, True, ""), 2, "hard_reset"),
+    (Call("hardResetBranch", "replace", 1, True, ""), PUBLISH_ROUNDS, "hard_reset"),
 ]
+
+
+def test_listing_earlier_tries_keeps_failing_and_the_retry_still_replaces(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    """Removing earlier tries' branches is clean-up, not protocol: a listing that keeps failing is
+    logged (the cleaner removes them later) and never fails the attempt (issue 13)."""
+    repo, input_commit = seeded
+    for nth in range(1, 5):
+        lakefs_controls.add_fault("listBranches", nth=nth, status=503)
+    dr = run_scenario(dags, "replace", repo, input_commit)
+    assert dr.state == "success"
+    assert lakefs_controls.faults() == []  # every listing failed: the retry went on without it
+    head = repo.branch("main").get_commit()
+    assert head.parents == [input_commit]  # replaced (hard reset to the staged commit), not stacked
+    assert decode_metadata(head.metadata).attempt.try_number == 2  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("call", "failures", "operation"), EXHAUSTED, ids=lambda v: getattr(v, "operation", ""))
