@@ -20,47 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.hardfence import expected_head_metadata, link_metadata, unwind_ref
+from airflow_lakefence.core.ports import LakeFSPort
 
 #: The metadata key of the revert commit on the temporary branch: the publication it reverts.
 REVERTS_KEY = "lakefence.reverts"
 #: The metadata key of the merge of the staged commit into the temporary branch.
 STAGES_KEY = "lakefence.merge_only_staged"
 TEMP_SUFFIX = "-mo"
-
-
-class MergeOnlyPort(Protocol):
-    """The lakeFS calls of a merge-only replacement (a subset of the adapter)."""
-
-    def create_branch(self, repository: str, name: str, source: str, *, hidden: bool = False) -> str:
-        """Create a branch from ``source``; return the commit id it points at."""
-        ...
-
-    def delete_branch(self, repository: str, name: str, *, missing_ok: bool = True) -> bool:
-        """Delete a branch; return whether this call deleted it."""
-        ...
-
-    def merge(
-        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
-    ) -> str:
-        """Merge ``source_ref`` into ``destination``; return the merge commit id."""
-        ...
-
-    def revert(
-        self,
-        repository: str,
-        branch: str,
-        ref: str,
-        *,
-        parent_number: int = 1,
-        message: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> None:
-        """Add a commit to ``branch`` undoing ``ref`` relative to its parent ``parent_number``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -89,7 +58,7 @@ def temp_branch_name(staging_branch: str) -> str:
 
 
 def replace_by_merge(
-    port: MergeOnlyPort,
+    port: LakeFSPort,
     *,
     repository: str,
     target: str,
