@@ -8,8 +8,11 @@ reaches lakeFS or after lakeFS processed it. The same controls are served over H
 ``/_lakefence/`` for tests in other processes
 (:class:`~airflow_lakefence.testing.lakefs_server.controls.RemoteControls`).
 
-Bodies stream through in chunks (uploads and downloads are never held whole in memory), client
-connections are kept alive, each one served by its own thread with its own upstream connection.
+Bodies stream through in chunks (uploads and downloads are never held whole in memory; request
+bodies up to 1 MiB are read first so they can be sent again), client connections are kept alive,
+each one served by its own thread with its own upstream connection. An upstream connection that
+lakeFS closed (it was restarted, or it dropped an idle connection) is replaced before it is used,
+and a request that still meets a closed one is sent once more on a fresh connection.
 The ``Host`` header is forwarded unchanged, so S3 signatures (which cover it) stay valid.
 
 Example::
@@ -24,6 +27,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -36,6 +40,8 @@ from airflow_lakefence.testing._lakefs_routes import ROUTES
 from airflow_lakefence.testing.lakefs_server.controls import Call, Controls, Fault
 
 _CHUNK = 1 << 16
+#: Request bodies up to this size are buffered, so a request can be sent again on a fresh connection.
+_REPLAYABLE = 1 << 20
 CONTROL_PREFIX = "/_lakefence/"
 #: Connection-level headers (RFC 9110 7.6.1): each hop sets its own.
 _HOP_BY_HOP = frozenset(
@@ -253,24 +259,31 @@ class _Handler(BaseHTTPRequestHandler):
             self._close_upstream()
 
     def _forward(self) -> http.client.HTTPResponse:
-        """Send the request to lakeFS, streaming its body; a lakeFS that is down drops the client's connection."""
+        """Send the request to lakeFS; a lakeFS that is down drops the client's connection."""
         chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
-        has_body = chunked or int(self.headers.get("Content-Length") or 0) > 0
+        length = int(self.headers.get("Content-Length") or 0)
+        body = None if chunked or length > _REPLAYABLE else b"".join(self._body_chunks())
+        if self._upstream is not None and _closed_by_peer(self._upstream):
+            self._close_upstream()
         reused = self._upstream is not None
         try:
-            return self._send_upstream(chunked)
+            return self._send_upstream(chunked, body)
+        except ConnectionError:
+            # A kept-alive connection lakeFS closed between the check and the send: nothing reached
+            # lakeFS, so the request is sent once more, when its body is still at hand.
+            self._close_upstream()
+            if not reused or body is None:
+                raise _Dropped from None
         except (OSError, http.client.HTTPException):
             self._close_upstream()
-            if not reused or has_body:
-                raise _Dropped from None
-        # lakeFS closed an idle kept-alive connection (or restarted): once more on a fresh one.
+            raise _Dropped from None
         try:
-            return self._send_upstream(chunked)
+            return self._send_upstream(chunked, body)
         except (OSError, http.client.HTTPException):
             self._close_upstream()
             raise _Dropped from None
 
-    def _send_upstream(self, chunked: bool) -> http.client.HTTPResponse:
+    def _send_upstream(self, chunked: bool, body: bytes | None) -> http.client.HTTPResponse:
         if self._upstream is None:
             self._upstream = http.client.HTTPConnection(
                 self.server.upstream_host, self.server.upstream_port, timeout=self.server.timeout
@@ -283,8 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
         if chunked:
             upstream.putheader("Transfer-Encoding", "chunked")
         upstream.endheaders()
-        for data in self._body_chunks():
-            upstream.send(f"{len(data):x}\r\n".encode() + data + b"\r\n" if chunked else data)
+        for data in (body,) if body is not None else self._body_chunks():
+            if data:
+                upstream.send(f"{len(data):x}\r\n".encode() + data + b"\r\n" if chunked else data)
         if chunked:
             upstream.send(b"0\r\n\r\n")
         return upstream.getresponse()
@@ -325,6 +339,18 @@ class _Handler(BaseHTTPRequestHandler):
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+    """Whether an idle upstream connection was closed by lakeFS (readable at rest means EOF or garbage)."""
+    sock = connection.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class _ProxyServer(ThreadingHTTPServer):
