@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,7 +11,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Variable
 
 from airflow_lakefence.core.abandoned import normalise_state, state_from_task_states
 from airflow_lakefence.core.cleanup import (
@@ -27,8 +28,33 @@ from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.triggers.probes import AirflowView, TaskSdkView
 
-#: XCom key of the cleaner's memory: branch → [HEAD, epoch seconds first seen at that HEAD].
+#: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"
+#: Prefix of the Airflow Variable holding the memory of the cleaners of one (connection, repository, prefix).
+MEMORY_VARIABLE_PREFIX = "lakefence_cleanup_memory"
+
+
+def memory_variable_key(lakefs_conn_id: str, repository: str, staging_branch_prefix: str) -> str:
+    """The Airflow Variable that holds the first-seen memory of the cleaners of these branches.
+
+    The memory belongs to the branches, not to a DAG run: every cleaner of the same lakeFS
+    connection, repository and prefix reads and writes the same Variable, and the latest write is
+    what the next run reads (an XCom pulled across runs comes back by logical date, not by age).
+
+    :param lakefs_conn_id: the lakeFS connection id.
+    :param repository: the repository.
+    :param staging_branch_prefix: the staging-branch prefix.
+    """
+    return f"{MEMORY_VARIABLE_PREFIX}.{lakefs_conn_id}.{repository}.{staging_branch_prefix}"
+
+
+def _parse_memory(value: Any) -> dict[str, tuple[str, float]]:
+    memory: dict[str, tuple[str, float]] = {}
+    if isinstance(value, Mapping):
+        for name, entry in value.items():
+            if isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[1], int | float):
+                memory[str(name)] = (str(entry[0]), float(entry[1]))
+    return memory
 
 
 def _publishers(value: Iterable[Any] | None) -> list[tuple[str, str]]:
@@ -80,6 +106,11 @@ class LakeFSStagingCleanupOperator(BaseOperator):
     Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
     entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
     ``dag_id``/``run_id``/``task_id``/``map_index`` when identified. Running it again is harmless.
+
+    The first-seen memory that ``max_age`` needs lives in the Airflow Variable
+    :func:`memory_variable_key` names (shared by every cleaner of the same connection, repository
+    and prefix, dry runs included); each run also pushes it as XCom
+    ``first_seen``.
 
     lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one delete per deleted branch.
     Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch.
@@ -141,11 +172,15 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         """
         now = time.time()
         ti = context["ti"]
-        previous = self._previous_memory(ti)
+        memory_key = memory_variable_key(self.lakefs_conn_id, self.repository, self.staging_branch_prefix)
+        previous = self._previous_memory(memory_key)
         client = self.hook.client
         branches = self._inspect(client)
         result = self.clean(client, TaskSdkView(), branches, previous, now)
-        ti.xcom_push(key=FIRST_SEEN_KEY, value=result.pop(FIRST_SEEN_KEY))
+        memory = result.pop(FIRST_SEEN_KEY)
+        # A sighting is an observation, not a deletion: a dry run remembers too.
+        self._save_memory(memory_key, memory)
+        ti.xcom_push(key=FIRST_SEEN_KEY, value=memory)
         return result
 
     def clean(
@@ -228,11 +263,26 @@ class LakeFSStagingCleanupOperator(BaseOperator):
                 branches.append(branch)
         return branches
 
-    def _previous_memory(self, ti: Any) -> dict[str, tuple[str, float]]:
-        value = ti.xcom_pull(task_ids=self.task_id, key=FIRST_SEEN_KEY, include_prior_dates=True)
-        memory: dict[str, tuple[str, float]] = {}
-        if isinstance(value, Mapping):
-            for name, entry in value.items():
-                if isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[1], int | float):
-                    memory[str(name)] = (str(entry[0]), float(entry[1]))
-        return memory
+    def _previous_memory(self, key: str) -> dict[str, tuple[str, float]]:
+        try:
+            raw = Variable.get(key, default=None)
+        except Exception as exc:  # noqa: BLE001 - an empty memory only ever delays a deletion
+            self.log.warning("could not read the cleaner memory %s (%s): every branch is new to this run", key, exc)
+            return {}
+        if raw is None:
+            return {}
+        try:
+            return _parse_memory(json.loads(raw) if isinstance(raw, str) else raw)
+        except ValueError:
+            self.log.warning("the cleaner memory %s is not JSON: every branch is new to this run", key)
+            return {}
+
+    def _save_memory(self, key: str, memory: Mapping[str, Any]) -> None:
+        try:
+            Variable.set(
+                key,
+                json.dumps(memory, sort_keys=True),
+                description="lakefence cleaner: staging branch -> [HEAD, epoch seconds first seen at that HEAD]",
+            )
+        except Exception as exc:  # noqa: BLE001 - deletions are done; the next run only restarts clocks
+            self.log.warning("could not save the cleaner memory %s (%s)", key, exc)

@@ -3,6 +3,7 @@ that failed, a fence violation), a live attempt's branch, real Airflow states, r
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.operators.cleanup import memory_variable_key
 from tests.integration.helpers import commit_files, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
@@ -49,6 +51,13 @@ def mark_evidence(client: LakeFSClient, repository: str, branch: str, error: str
     client.commit(
         repository, branch, "evidence", evidence_metadata(record.attempt, record.input_ref, error), allow_empty=True
     )
+
+
+def stored_memory(key: str) -> Any:
+    """The cleaner memory in the metadata DB's Variable ``key``."""
+    from airflow.models.variable import Variable
+
+    return json.loads(Variable.get(key))
 
 
 def by_branch(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -165,13 +174,13 @@ def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
     assert set(by_branch(again["deleted"])) == {left} and staging_branches(repo) == []
 
 
-# One backend only: the cleaner's first-seen memory comes from xcom_pull(include_prior_dates=True),
-# and with earlier runs of the same cleaner DAG in the session (the other backend's) Airflow 3.3
-# handed the second run an older run's memory instead of the latest (found in CI; see the closing
-# note of issues 11-18). Until the memory no longer depends on that ordering, the test runs once.
-@pytest.mark.lakefs_backends("local")
 def test_unidentified_branch_deleted_after_max_age(
-    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any,
+    cleaners: Any,
+    seeded: tuple[lakefs.Repository, str],
+    lakefs_controls: Any,
+    lakefs_server: Any,
+    lakefs_client: lakefs.Client,
 ) -> None:
     repo, input_commit = seeded
     leave_branch_at("after_job", lakefs_controls)
@@ -183,11 +192,25 @@ def test_unidentified_branch_deleted_after_max_age(
     assert first["return_value"]["deleted"] == []
     assert "cannot be identified" in by_branch(first["return_value"]["kept"])[left]["reason"]
     assert first["first_seen"][left][0] == input_commit
+    memory_key = memory_variable_key("lakefs_default", repo.id, "lakefence")
+    assert stored_memory(memory_key)[left] == first["first_seen"][left]
+    # A later run of the same cleaner DAG over another repository remembers nothing of this one:
+    # it must not become the memory this repository's next run reads (an XCom pulled across runs
+    # would hand over that newer run's memory).
+    other = lakefs.Repository(f"{repo.id}-other", client=lakefs_client).create(
+        storage_namespace=f"{lakefs_server.storage_namespace.rstrip('/')}/{repo.id}-other", default_branch="main"
+    )
+    try:
+        between = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": other.id}), "clean")
+        assert between["first_seen"] == {} and between["return_value"]["deleted"] == []
+    finally:
+        other.delete()
     time.sleep(1.1)
     # ...and a later run that finds it unchanged for max_age (1 s) deletes it.
     second = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
     assert set(by_branch(second["deleted"])) == {left}
     assert staging_branches(repo) == []
+    assert stored_memory(memory_key) == {}
 
 
 def test_operator_marks_the_branch_it_keeps_as_evidence(publishers: Any, seeded: tuple[lakefs.Repository, str]) -> None:
