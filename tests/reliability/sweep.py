@@ -1,7 +1,8 @@
 """The randomized race sweep: many seeded interleavings of a zombie try, a new try and a foreign writer.
 
-``python -m tests.reliability.sweep --seeds 200 [--first 0] [--workers 3] [--json out.json]``
-(or ``python benchmarks/race_sweep.py ...``) starts a local lakeFS server, runs every scenario of
+``python -m tests.reliability.sweep --seeds 200 [--first 0] [--workers 3] [--json out.json]
+[--lakefs-backend local|real]`` (or ``python benchmarks/race_sweep.py ...``) starts the project's
+local lakeFS server (or real lakeFS, built from tests/real_lakefs), runs every scenario of
 :class:`~tests.reliability.harness.RaceScenario` for seeds ``first .. first+seeds-1``, checks the
 invariants and prints a summary: how many scenarios passed, every violation with its seed (rerun
 one with ``--first SEED --seeds 1``), and how often each documented soft-fence limit was observed.
@@ -107,11 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         default="soft",
         help="the soft fence, the hard fence (lakeFS pre-merge hook, merge-only replacement), or both side by side",
     )
+    parser.add_argument(
+        "--lakefs-backend",
+        choices=("local", "real"),
+        default="local",
+        help="the project's local lakeFS server (default) or real lakeFS built from tests/real_lakefs",
+    )
     args = parser.parse_args(argv)
 
     import logging
-
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
 
     logging.getLogger("airflow.task").setLevel(logging.WARNING)  # the cleaner's per-branch lines
 
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     fences = ["soft", "hard"] if args.fence == "both" else [args.fence]
     summaries: dict[str, dict[str, Any]] = {}
     all_reports: dict[str, list[RaceReport]] = {}
-    with LakeFSServer(root / "lakefs") as server:
+    with _lakefs(args.lakefs_backend, root / "lakefs") as server:
         lake = Lake(server.url, server.access_key_id, server.secret_access_key)
         launcher = ForkServer(attempt_env(lake, home))
         try:
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 summaries[fence] = summarize(reports)
                 summaries[fence]["wall_seconds"] = round(time.monotonic() - started, 1)
                 summaries[fence]["workers"] = args.workers
+                summaries[fence]["lakefs_backend"] = args.lakefs_backend
                 all_reports[fence] = reports
         finally:
             launcher.close()
@@ -153,6 +159,17 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(root, ignore_errors=True)
     return 0 if not any(s["violations"] for s in summaries.values()) else 1
+
+
+def _lakefs(backend: str, data_dir: Path) -> Any:
+    """The sweep's lakeFS: a context manager with ``url``, ``access_key_id`` and ``secret_access_key``."""
+    if backend == "real":
+        from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+
+        return RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="ERROR")
+    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+
+    return LakeFSServer(data_dir)
 
 
 def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
