@@ -49,7 +49,22 @@ __all__ = [
 ]
 
 
+#: Third-party modules of the ``testing`` extra the server needs.
+_TESTING_EXTRA = {"werkzeug", "lupa"}
+
+
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    try:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in _TESTING_EXTRA:
+            raise
+        raise ModuleNotFoundError(
+            f"the local lakeFS server needs {missing!r}, which comes with the testing extra: "
+            "pip install 'airflow-provider-lakefence[testing]'",
+            name=missing,
+        ) from exc
+    return getattr(module, name)

@@ -187,7 +187,13 @@ def run_pre_merge_hooks(tx: Tx, *, repo: str, branch: str, source_ref: str, sour
         return
     run_id = errors.run_id()
     failures: list[str] = []
-    import lupa
+    try:
+        import lupa
+    except ModuleNotFoundError as exc:
+        raise errors.ApiError(
+            412,
+            f"update branch {branch}: actions need lupa (pip install 'airflow-provider-lakefence[testing]')",
+        ) from exc
 
     for index, (path, entry_id) in enumerate(files):
         try:
