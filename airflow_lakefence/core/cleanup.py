@@ -26,6 +26,10 @@ evidence; never a live attempt's branch, never an evidence branch unless asked. 
    task instance **succeeded** (the succeeding try spared and re-marked every earlier try's
    recorded evidence) or ``delete_evidence``. An unstaged branch holds nothing of value → delete.
 
+A merge-only replacement's temporary branch (the staging branch's name plus ``-mo``, left behind
+when the worker died mid-replacement) belongs to the same attempt and follows the same rules, except
+that it is never evidence: it holds only a revert and a merge made from commits that still exist.
+
 Nothing here imports Airflow or lakeFS.
 """
 
@@ -37,6 +41,7 @@ from typing import Any
 
 from airflow_lakefence.core.abandoned import FAILED_STATES, LIVE_STATES, PENDING_STATES, SUCCESS
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.merge_only import TEMP_SUFFIX
 from airflow_lakefence.core.metadata import (
     METADATA_PREFIX,
     ROLE_STAGE,
@@ -95,6 +100,7 @@ class StagingBranch:
     :param record: HEAD's ``stage`` record when it was written by this branch's attempt, else ``None``
         (an unstaged branch points at its input commit, whose record, if any, is someone else's).
     :param evidence: the error named by an evidence marker on HEAD, if any.
+    :param temporary: a merge-only replacement's temporary branch of the attempt (never evidence).
     """
 
     name: str
@@ -102,6 +108,7 @@ class StagingBranch:
     info: StagingBranchInfo
     record: LakefenceRecord | None = None
     evidence: str | None = None
+    temporary: bool = False
 
 
 def inspect_branch(name: str, head: str, metadata: Mapping[str, str] | None, prefix: str) -> StagingBranch | None:
@@ -111,11 +118,15 @@ def inspect_branch(name: str, head: str, metadata: Mapping[str, str] | None, pre
     :param head: its HEAD commit id.
     :param metadata: the HEAD commit's metadata.
     :param prefix: the staging branch prefix.
-    :return: the view, or ``None`` when ``name`` is not a staging branch of ``prefix``.
+    :return: the view, or ``None`` when ``name`` is neither a staging branch of ``prefix`` nor the
+        temporary branch of one.
     """
     info = parse_staging_branch_name(name, prefix)
     if info is None:
-        return None
+        base = name.removesuffix(TEMP_SUFFIX)
+        info = parse_staging_branch_name(base, prefix) if base != name else None
+        # Its HEAD is a revert or a merge of the replacement, never a stage record or a marker.
+        return None if info is None else StagingBranch(name, head, info, temporary=True)
     record = decode_metadata(metadata)
     if record is None or record.role != ROLE_STAGE or staging_branch_name(record.attempt, prefix) != name:
         return StagingBranch(name, head, info)
@@ -239,6 +250,8 @@ def plan_cleanup(
     decisions = []
     for branch in branches:
         delete, reason, key = decide(branch)
+        if branch.temporary:
+            reason = f"merge-only temporary branch: {reason}"
         decisions.append(
             CleanupDecision(branch.name, delete, reason, key, branch.info.try_number, branch.evidence, branch.head)
         )

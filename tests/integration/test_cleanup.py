@@ -12,6 +12,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
+from airflow_lakefence.core.merge_only import temp_branch_name
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
@@ -118,6 +119,30 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     asked = xcoms(run_dag(cleaners.clean_evidence_dag, {"repository": repo.id}), "clean")["return_value"]
     assert set(by_branch(asked["deleted"])) == {evidence.staging_branch, staged}
     assert staging_branches(repo) == []
+
+
+def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    client = LakeFSHook().client
+    leave_branch_at("after_stage", lakefs_controls)
+    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    (staged,) = staging_branches(repo)
+    # As if the worker had died in the middle of a merge-only replacement: the hidden temporary
+    # branch it made from the target outlived it (a SIGKILL runs no ``finally``).
+    temp = temp_branch_name(staged)
+    client.create_branch(repo.id, temp, client.get_commit(repo.id, "main").id, hidden=True)
+    assert sorted(staging_branches(repo)) == sorted([staged, temp])
+
+    result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
+    deleted, kept = by_branch(result["deleted"]), by_branch(result["kept"])
+    # The staged branch may be evidence (kept, issue 13); the temporary one never is.
+    assert set(deleted) == {temp} and set(kept) == {staged}
+    assert deleted[temp]["reason"].startswith("merge-only temporary branch: its task instance is failed")
+    assert deleted[temp]["dag_id"] == "lf_test_direct" and deleted[temp]["evidence"] is None
+    assert staging_branches(repo) == [staged]
 
 
 def test_keeps_a_live_attempts_branch(

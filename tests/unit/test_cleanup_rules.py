@@ -16,6 +16,7 @@ from airflow_lakefence.core.cleanup import (
     remember,
 )
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.merge_only import temp_branch_name
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.naming import key_hash, staging_branch_name
 
@@ -175,3 +176,42 @@ def test_decision_to_dict() -> None:
     data = decision.to_dict()
     assert data["dag_id"] == "dag" and data["run_id"] == "run1" and data["try_number"] == 1
     assert data["evidence"] is None and data["head"] == "c1" and "success" in data["reason"]
+
+
+def temporary(try_number: int = 1, key: PublicationKey = KEY, metadata: dict[str, str] | None = None) -> StagingBranch:
+    """A merge-only replacement's temporary branch, left behind by a worker that died mid-replacement."""
+    branch = inspect_branch(temp_branch_name(staging_branch_name(attempt(try_number, key))), "r1", metadata, "lakefence")
+    assert branch is not None
+    return branch
+
+
+def test_inspect_recognises_a_merge_only_temporary_branch() -> None:
+    name = staging_branch_name(attempt(2))
+    # Its HEAD may even carry this attempt's stage record or a marker (the revert's parent): still no evidence.
+    branch = temporary(2, metadata=evidence_metadata(attempt(2), INPUT, "PublishFenceError"))
+    assert branch.temporary and branch.name == name + "-mo"
+    assert branch.info == inspect_branch(name, "c", {}, "lakefence").info  # type: ignore[union-attr]
+    assert branch.record is None and branch.evidence is None
+    assert not staged().temporary
+    for other in (name + "-mox", name + "-mo-mo", "main-mo", name[:-1] + "-mo"):
+        assert inspect_branch(other, "c", {}, "lakefence") is None, other
+
+
+@pytest.mark.parametrize("state", [*STATES, None])
+def test_a_temporary_branch_follows_its_attempt_and_is_never_evidence(state: str | None) -> None:
+    # Its staged sibling is kept as unmarked evidence unless the TI succeeded; the temporary one is not.
+    sibling, temp = staged(1), temporary(1)
+    decisions = plan([sibling, temp], states={KEY: state})
+    delete, reason = decisions[temp.name]
+    assert delete == (state not in LIVE_STATES), reason
+    assert reason.startswith("merge-only temporary branch: ")
+    assert decisions[sibling.name][0] == (state in ("success", None))
+
+
+def test_an_unidentified_temporary_branch_waits_for_max_age() -> None:
+    temp = temporary(1)
+    assert plan([temp]) == {temp.name: (False, "merge-only temporary branch: attempt cannot be identified "
+                                        "(unstaged; pass its publisher, or set max_age)")}  # fmt: skip
+    delete, _ = plan([temp], first_seen={temp.name: ("r1", 0.0)}, max_age=10.0)[temp.name]
+    assert delete
+    assert plan([temp], keys={key_hash(KEY): KEY}, states={KEY: "running"})[temp.name][0] is False
