@@ -88,3 +88,9 @@ def test_retry_replaces_the_abandoned_publication_by_merges(
     assert link.parents[0] == seen[0] and hf.is_chain_link(link.metadata, seen[0])
     assert read(lakefs_repo, "main", "out/try.txt") == "2"
     assert adapter.list_branches(lakefs_repo.id, "lakefence") == []  # hidden ones included
+    # The sensor reads a chain link as the publication of try 2, which succeeded with it: settled.
+    sensors = load_dag_module("testdags/sensor_test_dags.py")
+    sensed = run_dag(sensors.settled_dag, {"repository": lakefs_repo.id})
+    judgement = xcoms(sensed, "sense")["return_value"]
+    assert sensed.state == "success", judgement
+    assert judgement["verdict"] == "settled" and judgement["head"] == link.id and judgement["try_number"] == 2
