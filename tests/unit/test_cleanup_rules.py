@@ -180,7 +180,8 @@ def test_decision_to_dict() -> None:
 
 def temporary(try_number: int = 1, key: PublicationKey = KEY, metadata: dict[str, str] | None = None) -> StagingBranch:
     """A merge-only replacement's temporary branch, left behind by a worker that died mid-replacement."""
-    branch = inspect_branch(temp_branch_name(staging_branch_name(attempt(try_number, key))), "r1", metadata, "lakefence")
+    name = temp_branch_name(staging_branch_name(attempt(try_number, key)))
+    branch = inspect_branch(name, "r1", metadata, "lakefence")
     assert branch is not None
     return branch
 
