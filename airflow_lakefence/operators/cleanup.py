@@ -266,7 +266,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
     def _previous_memory(self, key: str) -> dict[str, tuple[str, float]]:
         try:
             raw = Variable.get(key, default=None)
-        except Exception as exc:
+        except Exception as exc:  # whatever failed, an empty memory only ever delays a deletion
             self.log.warning("could not read the cleaner memory %s (%s): every branch is new to this run", key, exc)
             return {}
         if raw is None:
@@ -284,5 +284,5 @@ class LakeFSStagingCleanupOperator(BaseOperator):
                 json.dumps(memory, sort_keys=True),
                 description="lakefence cleaner: staging branch -> [HEAD, epoch seconds first seen at that HEAD]",
             )
-        except Exception as exc:
+        except Exception as exc:  # the deletions are done; the next run only restarts the clocks
             self.log.warning("could not save the cleaner memory %s (%s)", key, exc)
