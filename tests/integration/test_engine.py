@@ -130,7 +130,9 @@ class LakeFSWorld(World):
 
 
 @pytest.fixture(params=["memory", "lakefs"])
-def world(request: pytest.FixtureRequest) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World]:
+    # Requesting lakefs_backend makes ``--lakefs-backend=both`` run the "lakefs" world on each backend
+    # (tests/integration/conftest.py keeps the "memory" world to the first backend's pass).
     if request.param == "memory":
         yield MemoryWorld()
     else:
