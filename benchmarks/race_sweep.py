@@ -1,6 +1,6 @@
 """The long randomized race sweep (issue #5): seeded interleavings of a zombie try, a new try and a
-foreign writer, each in its own process against one local lakeFS server, checked for the
-reliability invariants.
+foreign writer, each in its own process against one lakeFS (the project's local server, or real
+lakeFS with ``--lakefs-backend real``), checked for the reliability invariants.
 
 Not part of CI (CI runs a fixed set of 12 seeds in tests/reliability/test_racing_attempts.py).
 The latest result is recorded in docs/reliability.md.
@@ -8,6 +8,7 @@ The latest result is recorded in docs/reliability.md.
 Run from the repository root::
 
     python benchmarks/race_sweep.py --seeds 200 [--first 0] [--workers 3] [--json sweep.json]
+        [--fence soft|hard|both] [--lakefs-backend local|real]
 
 (the same as ``python -m tests.reliability.sweep``). Exit code 1 when an invariant was violated;
 rerun one scenario with ``--first SEED --seeds 1 --keep`` to keep its logs and timeline.
