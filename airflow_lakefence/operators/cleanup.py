@@ -109,8 +109,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
 
     The first-seen memory that ``max_age`` needs lives in the Airflow Variable
     :func:`memory_variable_key` names (shared by every cleaner of the same connection, repository
-    and prefix, dry runs included); each run also pushes it as XCom
-    ``first_seen``.
+    and prefix, dry runs included); each run also pushes it as XCom ``first_seen``.
 
     lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one delete per deleted branch.
     Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch.
