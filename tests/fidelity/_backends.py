@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from airflow_lakefence.testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY, LakeFSServer
 from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
@@ -39,17 +40,18 @@ _REAL_ENV = {"LAKEFS_GRAVELER_COMMIT_CACHE_EXPIRY": "1ns", "LAKEFS_GRAVELER_COMM
 
 
 @contextmanager
-def real_lakefs() -> Iterator[Endpoint]:
+def real_lakefs(binary: Path | None = None) -> Iterator[Endpoint]:
     """Run a real lakeFS (built or cached by the project's launcher) in a temporary directory.
 
-    :raises GoToolchainMissingError: without a cached binary and without ``go``.
+    :param binary: the lakeFS binary; by default the launcher's (:func:`ensure_lakefs_binary`).
+    :raises GoToolchainMissingError: without a binary, a cached one or ``go``.
     """
     root = tempfile.mkdtemp(prefix="lakefence-fidelity-real-")
     saved = {key: os.environ.get(key) for key in _REAL_ENV}
     try:
         # The launcher passes this process's environment on to lakeFS.
         os.environ.update(_REAL_ENV)
-        real = RealLakeFS(ensure_lakefs_binary(), root, log_level="ERROR").start()
+        real = RealLakeFS(binary or ensure_lakefs_binary(), root, log_level="ERROR").start()
     finally:
         for key, value in saved.items():
             if value is None:

@@ -181,6 +181,12 @@ class Server:
             body["results"] = self._order_ties(body["results"])
             for commit in body["results"]:
                 _unalias_cherry_pick(commit)
+        if op.kind == "list_tags" and isinstance(body, dict) and isinstance(body.get("results"), list):
+            # Tags named like commit-id prefixes sort by this server's ids: when the listing is in
+            # this server's id order, compare it in symbol order.
+            ids = [t.get("id") for t in body["results"]]
+            if ids == sorted(ids):
+                body["results"] = sorted(body["results"], key=lambda t: str(self.symbols.normalise(t.get("id"))))
         if op.kind == "get_protection" and isinstance(body, list):
             # lakeFS lists the rules in Go map order: compare them as a set.
             body = sorted(body, key=json.dumps)
@@ -250,7 +256,7 @@ class Generator:
         if roll < 0.45:
             return self.branch()
         if roll < 0.6:
-            return self.pick(TAGS)
+            return self.tag()
         if roll < 0.8:
             return self.commit_sym()
         if roll < 0.85:
@@ -352,7 +358,10 @@ class Generator:
         return Op("set_protection", "PUT", f"{r}/settings/branch_protection", body=rules)
 
     def op_create_branch(self, r: str) -> Op:
-        name = self.pick([*BRANCHES, TAGS[0], "{C0}", "deadbeef"]) if self.maybe(0.9) else self.pick(INVALID_BRANCHES)
+        # Names colliding with a tag or with a commit id are 409s. A branch named like an id's prefix
+        # is allowed, but is not drawn: listings order by name, and the ids differ between servers.
+        names = [*BRANCHES, self.tag(), self.commit_sym(), "deadbeef"]
+        name = self.pick(names) if self.maybe(0.9) else self.pick(INVALID_BRANCHES)
         body: dict[str, Any] = {"name": name, "source": self.ref()}
         if self.maybe(0.2):
             body["hidden"] = True
@@ -395,7 +404,10 @@ class Generator:
         return Op("cherry_pick", "POST", f"{r}/branches/{self.branch()}/cherry-pick", body=body)
 
     def op_create_tag(self, r: str) -> Op:
-        name = self.pick(TAGS + BRANCHES[:2]) if self.maybe(0.9) else self.pick(INVALID_TAGS)
+        # Also named like a commit id (409) or like its 12-character prefix (a tag, which then wins
+        # over the commit when resolving that name).
+        names = [*TAGS, *BRANCHES[:2], self.commit_sym(), self.commit_sym()[:-1] + ":12}"]
+        name = self.pick(names) if self.maybe(0.9) else self.pick(INVALID_TAGS)
         return Op("create_tag", "POST", f"{r}/tags", body={"id": name, "ref": self.ref()})
 
     def op_delete_tag(self, r: str) -> Op:
@@ -484,7 +496,7 @@ class Generator:
         return Op("get_branch", "GET", f"{r}/branches/{self.branch()}")
 
     def op_invalid(self, r: str) -> Op:
-        choice = self.rng.randrange(10)
+        choice = self.rng.randrange(12)
         if choice == 0:
             amount = self.pick([-1, 0, 1001, 100000])
             return Op("invalid", "GET", f"{r}/refs/main/objects/ls", params={"amount": amount})
@@ -506,15 +518,40 @@ class Generator:
         if choice == 8:
             name = self.pick(INVALID_BRANCHES[:3])
             return Op("invalid", "PUT", f"{r}/branches/{name}/hard_reset", params={"ref": "main"})
+        if choice == 10:
+            # Boolean query parameters: Go's ParseBool spellings, invalid ones, empty ones (with a
+            # default: a plain-text binding error; without: the validator's), unknown ones.
+            method, path, name = self.pick([
+                ("GET", f"{r}/branches", "show_hidden"), ("GET", f"{r}/refs/main/objects/ls", "user_metadata"),
+                ("GET", f"{r}/refs/main/commits", "first_parent"), ("GET", f"{r}/refs/main/commits", "limit"),
+                ("GET", f"{r}/branches/main", "force"), ("GET", f"{r}/refs/main/objects/ls", "presign"),
+            ])  # fmt: skip
+            return Op("invalid", method, path, params={name: self.pick(["yes", "", "T", "FALSE", "0", "1"])})
+        if choice == 11:
+            # Repository creation bodies lakeFS's validator refuses (none of them creates anything).
+            body = self.pick([
+                {"name": "ab", "storage_namespace": "local://never"},
+                {"name": "never-made", "storage_namespace": "local://never", "sample_data": "yes"},
+                {"name": "never-made", "storage_namespace": "foo://never"},
+                {"storage_namespace": "local://never", "read_only": None},
+                {"name": "never-made", "storage_namespace": "local://never", "default_branch": None},
+                {"name": 7, "storage_namespace": "local://never"},
+                ["never-made"],
+            ])  # fmt: skip
+            params = {"bare": self.pick(["yes", "true"])} if self.maybe(0.3) else {}
+            return Op("invalid", "POST", "/repositories", params=params, body=body)
         return Op("invalid", "GET", f"{r}/refs/main/objects/stat", params={"path": ""})
 
 
-def run_seed(seed: int, servers: list[Server], steps: int) -> tuple[Divergence | None, int]:
+def run_seed(
+    seed: int, servers: list[Server], steps: int, record: list[tuple[Op, dict[str, Any]]] | None = None
+) -> tuple[Divergence | None, int]:
     """Run one seed on fresh repositories; return the first divergence (or None) and the steps run.
 
     :param seed: RNG seed.
     :param servers: the servers to compare (the first is the reference for symbols).
     :param steps: number of operations.
+    :param record: if given, gets each operation the servers answered alike, with that answer.
     """
     rng = random.Random(seed)
     repo = f"fid-{seed}-{uuid.uuid4().hex[:8]}"
@@ -538,6 +575,8 @@ def run_seed(seed: int, servers: list[Server], steps: int) -> tuple[Divergence |
             if any(a != first for a in answers.values()):
                 return Divergence(seed, step, op.describe(), answers, history), step + 1
             history.append(f"{op.describe()} -> {first['status']}")
+            if record is not None:
+                record.append((op, first))
             generator.observe(op, first["status"], first["body"])
             generator.commit_count = len(servers[0].symbols.commits)
             generator.range_count = len(servers[0].symbols.ranges)

@@ -6,16 +6,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError
+from airflow_lakefence.testing.lakefs_server.pytest_plugin import real_lakefs_unavailable
+from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, ensure_lakefs_binary
 from tests.fidelity._backends import local_server, real_lakefs
 from tests.fidelity._harness import Server
 
 
 @pytest.fixture(scope="session")
 def fidelity_servers() -> Iterator[list[Server]]:
-    """A real lakeFS (the reference) and the local server, each fresh for the session."""
+    """A real lakeFS (the reference) and the local server, each fresh for the session.
+
+    Without real lakeFS (no Go toolchain) the test is skipped, and fails on CI (``CI=true``):
+    the same rule as the plugin's ``real`` backend.
+    """
     try:
-        with real_lakefs() as real, local_server() as local:
-            yield [Server(real), Server(local)]
+        binary = ensure_lakefs_binary()
     except GoToolchainMissingError as exc:
-        pytest.skip(f"no real lakeFS: {exc}")
+        real_lakefs_unavailable(str(exc))
+    with real_lakefs(binary) as real, local_server() as local:
+        yield [Server(real), Server(local)]

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import lakefs
 import lakefs_sdk
 import pytest
+import requests
 import urllib3
 from lakefs.exceptions import ServerException
 
-from airflow_lakefence.testing.lakefs_server import Controls, RemoteControls
+import airflow_lakefence.testing.lakefs_server as server_package
+from airflow_lakefence.testing.lakefs_server import (
+    DEFAULT_ACCESS_KEY_ID,
+    DEFAULT_SECRET_ACCESS_KEY,
+    Controls,
+    RemoteControls,
+)
+
+_ROOT = Path(server_package.__file__).resolve().parents[3]
 
 
 def _raw_client(lakefs_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
@@ -181,3 +194,45 @@ def test_operation_ids_come_from_the_swagger_routes() -> None:
     assert operation_of("GET", "/api/v1/repositories/r/branches/b/objects/stage_allowed") is not None
     assert operation_of("GET", "/api/v1/auth/users/u1") == "getUser"
     assert operation_of("GET", "/repo/main/path") is None  # S3 gateway: not counted
+
+
+@pytest.mark.lakefs_local_only
+def test_local_server_keeps_only_its_stats(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+    """Counts, latency and faults are the proxy's; the server itself serves only its internal counters."""
+    server_url = lakefs_server.server.url  # the local server behind the proxy
+    lakefs_repo.branch("main").get_commit()
+    assert RemoteControls(server_url).stats()["commit_reads"] >= 1
+    for path in ("counts", "latency", "faults"):
+        answer = requests.get(f"{server_url}/_lakefence/{path}", timeout=10)
+        assert answer.status_code == 404, path
+    assert requests.delete(f"{server_url}/_lakefence/stats", timeout=10).status_code == 204
+    assert RemoteControls(server_url).stats() == {}
+
+
+@pytest.mark.lakefs_local_only
+def test_server_process_runs_behind_the_proxy(tmp_path) -> None:
+    """``python -m airflow_lakefence.testing.lakefs_server --latency``: the printed URL is a proxy's."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_lakefence.testing.lakefs_server", "--data-dir", str(tmp_path),
+         "--latency", "0.2"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        controls = RemoteControls(url)
+        assert controls.latency() == pytest.approx(0.2)
+        client = lakefs.Client(host=url, username=DEFAULT_ACCESS_KEY_ID, password=DEFAULT_SECRET_ACCESS_KEY)
+        began = time.monotonic()
+        lakefs.Repository("behind-proxy", client=client).create(storage_namespace="local://behind-proxy")
+        assert time.monotonic() - began >= 0.2
+        assert controls.counts()["createRepository"] == 1
+        assert "commit_reads" in controls.stats()  # the server's counters, through the proxy
+        controls.set_latency(0)
+        controls.add_fault("getRepository", status=503)
+        with pytest.raises(lakefs_sdk.exceptions.ServiceException):
+            client.sdk_client.repositories_api.get_repository("behind-proxy")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

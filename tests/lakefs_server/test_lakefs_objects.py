@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import lakefs
 import lakefs_sdk
@@ -163,3 +164,27 @@ def test_lakefs_spec_round_trip(lakefs_server, lakefs_repo: lakefs.Repository) -
         fs.pipe(f"{lakefs_repo.id}/{tx.branch.id}/spec/c.txt", b"gamma")
         tx.commit(message="from lakefs-spec")
     assert fs.cat(f"{root}/spec/c.txt") == b"gamma"
+
+
+def test_presign_without_pre_signing_blockstore(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
+    """``presign=true`` fails (400) when there is an object to pre-sign, and only then."""
+    if lakefs_client.storage_config.pre_sign_support:
+        pytest.skip("this lakeFS's blockstore pre-signs")
+    main = lakefs_repo.branch("main")
+    main.object("d/x").upload(b"x")
+    objects = lakefs_client.sdk_client.objects_api
+    refused = {"message": "local adapter presigned URL: operation not supported"}
+    for call in (
+        lambda: objects.stat_object(lakefs_repo.id, "main", "d/x", presign=True),
+        lambda: objects.get_object(lakefs_repo.id, "main", "d/x", presign=True),
+        lambda: objects.list_objects(lakefs_repo.id, "main", presign=True),
+    ):
+        with pytest.raises(lakefs_sdk.exceptions.BadRequestException) as bad:
+            call()
+        assert json.loads(bad.value.body) == refused
+    with pytest.raises(lakefs_sdk.exceptions.NotFoundException):
+        objects.stat_object(lakefs_repo.id, "main", "nothing", presign=True)
+    # Common prefixes are not pre-signed: a page of them alone is answered.
+    page = objects.list_objects(lakefs_repo.id, "main", delimiter="/", presign=True)
+    assert [(r.path, r.path_type) for r in page.results] == [("d/", "common_prefix")]
+    assert objects.list_objects(lakefs_repo.id, "main", prefix="zz", presign=True).results == []

@@ -1,8 +1,9 @@
 """A local lakeFS-compatible server for tests, importable without Airflow.
 
 It serves the lakeFS REST API v1 (the part the ``lakefs`` and ``lakefs_sdk`` clients use) under
-``/api/v1``, stores metadata in SQLite and object bytes on disk, and adds test controls under
-``/_lakefence/``: request counts, injected latency and scripted faults.
+``/api/v1`` and stores metadata in SQLite and object bytes on disk. Test controls (request counts,
+injected latency, scripted faults) are the fault-injecting proxy's
+(:class:`airflow_lakefence.testing.proxy.FaultProxy`), which works in front of a real lakeFS too.
 
 Example::
 

@@ -1,6 +1,7 @@
 """``python -m airflow_lakefence.testing.lakefs_server``: run a server until SIGTERM/SIGINT.
 
-The first line on stdout is the server URL (``http://HOST:PORT``).
+The server runs behind the fault-injecting proxy (test controls under ``/_lakefence/``); the first
+line on stdout is the proxy's URL (``http://HOST:PORT``), the one clients use.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     parser = argparse.ArgumentParser(
         prog="python -m airflow_lakefence.testing.lakefs_server",
-        description="Run a local lakeFS-compatible server for tests.",
+        description="Run a local lakeFS-compatible server for tests, behind the fault-injecting proxy.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--secret-access-key", default=os.environ.get("LAKEFENCE_SECRET_ACCESS_KEY", DEFAULT_SECRET_ACCESS_KEY)
     )
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every API request")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds the proxy adds to every API request")
     args = parser.parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="lakefence-lakefs-")
     run_server(

@@ -1,12 +1,11 @@
-"""The WSGI application: lakeFS REST API v1 under ``/api/v1`` and test controls under ``/_lakefence``."""
+"""The WSGI application: lakeFS REST API v1 under ``/api/v1``, the store's internal counters under ``/_lakefence``."""
 
 from __future__ import annotations
 
 import hmac
 import http
 import json
-import socket
-import time
+import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from email.utils import formatdate
@@ -25,9 +24,8 @@ from airflow_lakefence.testing.lakefs_server._store import (
     Entry,
     Store,
 )
-from airflow_lakefence.testing.lakefs_server.controls import Controls, Fault
 
-LAKEFS_VERSION = "1.88.0"
+LAKEFS_VERSION = "1.86.0"  # the release the local server answers as (real_lakefs.DEFAULT_LAKEFS_VERSION)
 DEFAULT_PER_PAGE = 100
 META_HEADER_PREFIX = "x-lakefs-meta-"
 INTERNAL_HEADER_PREFIX = "x-lakefs-internal-"
@@ -48,13 +46,40 @@ _REQUIRED_QUERY = {
     "copyObject": ("dest_path",),
     "hardResetBranch": ("ref",),
 }
-# Query parameters of api/swagger.yml without ``allowEmptyValue``: an empty value is a 400.
-_NO_EMPTY_QUERY = frozenset(
-    {
-        "amount", "type", "objects", "prefixes", "path", "dest_path", "ref", "force", "source_metarange",
-        "show_hidden", "user_metadata", "presign", "first_parent", "limit", "include_right_stats", "bare",
-    }
-)
+# Query parameters of api/swagger.yml without ``allowEmptyValue``, per operation: name -> (type, has a
+# default). An empty value of one without a default is refused by the OpenAPI validator (before
+# authentication); one with a default passes it and fails later, in the generated request binding.
+_QUERY_PARAMS: dict[str, dict[str, tuple[str, bool]]] = {
+    "listRepositories": {"amount": ("integer", True)},
+    "createRepository": {"bare": ("boolean", True)},
+    "deleteRepository": {"force": ("boolean", True)},
+    "listTags": {"amount": ("integer", True)},
+    "deleteTag": {"force": ("boolean", False)},
+    "listBranches": {"amount": ("integer", True), "show_hidden": ("boolean", True)},
+    "logCommits": {
+        "amount": ("integer", True), "objects": ("array", False), "prefixes": ("array", False),
+        "limit": ("boolean", False), "first_parent": ("boolean", False),
+    },
+    "commit": {"source_metarange": ("string", False)},
+    "deleteBranch": {"force": ("boolean", True)},
+    "hardResetBranch": {"ref": ("string", False), "force": ("boolean", True)},
+    "diffBranch": {"amount": ("integer", True)},
+    "diffRefs": {"amount": ("integer", True), "type": ("string", True), "include_right_stats": ("boolean", True)},
+    "getObject": {"path": ("string", False), "presign": ("boolean", False)},
+    "headObject": {"path": ("string", False)},
+    "uploadObjectPreflight": {"path": ("string", False)},
+    "uploadObject": {"path": ("string", False), "storageClass": ("string", False), "force": ("boolean", True)},
+    "deleteObject": {"path": ("string", False), "force": ("boolean", True), "no_tombstone": ("boolean", True)},
+    "deleteObjects": {"force": ("boolean", True), "no_tombstone": ("boolean", True)},
+    "copyObject": {"dest_path": ("string", False)},
+    "statObject": {"path": ("string", False), "user_metadata": ("boolean", True), "presign": ("boolean", False)},
+    "updateObjectUserMetadata": {"path": ("string", False)},
+    "listObjects": {"user_metadata": ("boolean", True), "presign": ("boolean", False), "amount": ("integer", True)},
+}  # fmt: skip
+_NO_PRESIGN = "local adapter presigned URL: operation not supported"  # presign=true of an object, as lakeFS
+# What Go's strconv.ParseBool accepts.
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 _R = "/api/v1/repositories/<repository>"
 _ROUTES: list[tuple[str, str, str]] = [
@@ -128,7 +153,9 @@ def json_response(status: int, body: Any) -> Response:
     :param body: JSON-serializable body; ``None`` sends no body.
     """
     if body is None:
-        return Response(status=status)
+        response = Response(status=status)
+        del response.headers["Content-Type"]  # Go sends none without a body
+        return response
     # As Go's json.Encoder writes it: compact, one trailing newline.
     return Response(json.dumps(body, separators=(",", ":")) + "\n", status=status, content_type="application/json")
 
@@ -138,15 +165,17 @@ def _error(exc: errors.ApiError) -> Response:
 
 
 def _bool(request: Request, name: str, default: bool = False) -> bool:
+    # Values were checked by _validate_query (as Go's strconv.ParseBool parses them).
     value = request.args.get(name)
     if value is None or value == "":
         return default
-    lowered = value.lower()
-    if lowered in ("true", "1"):
+    if value in _GO_TRUE:
         return True
-    if lowered in ("false", "0"):
+    if value in _GO_FALSE:
         return False
-    raise errors.bad_request(f"invalid boolean for query parameter {name}: {value!r}")
+    raise errors.bad_request(
+        f'parameter "{name}" in query has an error: value {value}: an invalid boolean: invalid syntax'
+    )
 
 
 def _amount(request: Request) -> int:
@@ -178,16 +207,18 @@ def _validate_query(operation: str, request: Request) -> None:
     for name in _REQUIRED_QUERY.get(operation, ()):
         if request.args.get(name) is None:
             raise errors.bad_request(f'parameter "{name}" in query has an error: value is required but missing')
+    params = _QUERY_PARAMS.get(operation, {})
     for name, value in request.args.items(multi=True):
         # Only prefix, after, delimiter, since, stop_at (and a few others) may be empty.
-        if value == "" and name in _NO_EMPTY_QUERY:
+        kind, has_default = params.get(name, ("", True))
+        if value == "" and not has_default:
             raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
-    for name, value in request.args.items(multi=True):
-        # Only prefix, after, delimiter, since, stop_at (and a few others) may be empty.
-        if value == "" and name in _NO_EMPTY_QUERY:
-            raise errors.bad_request(f'parameter "{name}" in query has an error: empty value is not allowed')
+        if kind == "boolean" and value != "" and value not in _GO_TRUE and value not in _GO_FALSE:
+            raise errors.bad_request(
+                f'parameter "{name}" in query has an error: value {value}: an invalid boolean: invalid syntax'
+            )
     raw = request.args.get("amount")
-    if raw:
+    if raw and "amount" in params:
         try:
             amount = int(raw)
         except ValueError:
@@ -200,7 +231,7 @@ def _validate_query(operation: str, request: Request) -> None:
         if amount < low:
             raise _schema_error("amount", f"number must be at least {low}", _AMOUNT_SCHEMA, amount)
     diff_type = request.args.get("type")
-    if operation == "diffRefs" and diff_type is not None and diff_type not in _DIFF_TYPE_SCHEMA["enum"]:
+    if operation == "diffRefs" and diff_type and diff_type not in _DIFF_TYPE_SCHEMA["enum"]:
         allowed = json.dumps(_DIFF_TYPE_SCHEMA["enum"], separators=(",", ":"))
         raise _schema_error("type", f"value is not one of the allowed values {allowed}", _DIFF_TYPE_SCHEMA, diff_type)
 
@@ -214,6 +245,19 @@ _PATTERN_SCHEMA = {
 _RULE_SCHEMA = {"properties": {"pattern": _PATTERN_SCHEMA}, "required": ["pattern"], "type": "object"}
 
 
+def _binding_error(operation: str, request: Request) -> Response | None:
+    """The plain-text 400 of lakeFS's generated request binding: an empty parameter that has a default."""
+    params = _QUERY_PARAMS.get(operation, {})
+    for name, value in request.args.items(multi=True):
+        if value == "" and params.get(name, ("", False))[1]:
+            return Response(
+                f"Invalid format for parameter {name}: multiple values for single value parameter '{name}'\n",
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
+    return None
+
+
 def _body_schema_error(problem: str, schema: dict[str, Any], value: Any) -> errors.ApiError:
     def indent(text: str) -> str:
         return "\n".join("  " + line for line in text.splitlines())
@@ -223,6 +267,80 @@ def _body_schema_error(problem: str, schema: dict[str, Any], value: Any) -> erro
         f"{indent(json.dumps(schema, indent=2, sort_keys=True))}\n\nValue:\n"
         f"{indent(json.dumps(value, indent=2, sort_keys=True))}\n"
     )
+
+
+def _go_json(value: Any, indent: int | None = None) -> str:
+    # As Go's json.MarshalIndent writes it: UTF-8 as is, <, > and & escaped.
+    text = json.dumps(value, indent=indent, sort_keys=True, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+_REPOSITORY_CREATION_SCHEMA: dict[str, Any] = {
+    "properties": {
+        "default_branch": {"example": "main", "type": "string"},
+        "name": {"pattern": "^[a-z0-9][a-z0-9-]{2,62}$", "type": "string"},
+        "read_only": {"default": False, "example": True, "type": "boolean"},
+        "sample_data": {"default": False, "example": True, "type": "boolean"},
+        "storage_id": {
+            "description": "Unique identifier of the underlying data store. *EXPERIMENTAL*",
+            "type": "string",
+        },
+        "storage_namespace": {
+            "description": 'Filesystem URI to store the underlying data in (e.g. "s3://my-bucket/some/path/")',
+            "example": "s3://example-bucket/",
+            "pattern": "^(s3|gs|https?|mem|local|transient)://.*$",
+            "type": "string",
+        },
+    },
+    "required": ["name", "storage_namespace"],
+    "type": "object",
+}
+
+
+def _repository_creation(request: Request) -> dict[str, Any]:
+    """The ``RepositoryCreation`` body, validated as lakeFS's OpenAPI validator (kin-openapi) does it.
+
+    Defaults are filled in first (also for ``null``), then properties are checked in name order,
+    then the required ones; the first problem is the answer, with kin-openapi's text.
+    """
+    schema = _REPOSITORY_CREATION_SCHEMA
+
+    def error(problem: str, part: dict[str, Any], value: Any) -> errors.ApiError:
+        def indent(text: str) -> str:
+            return "\n".join("  " + line for line in text.splitlines())
+
+        return errors.bad_request(
+            "request body has an error: doesn't match schema #/components/schemas/RepositoryCreation: "
+            f"{problem}\nSchema:\n{indent(_go_json(part, 2))}\n\nValue:\n{indent(_go_json(value, 2))}\n"
+        )
+
+    body = request.get_json(force=True, silent=True)
+    if body is None:
+        raise errors.bad_request("request body must be a JSON object")
+    if not isinstance(body, dict):
+        raise error("value must be an object", schema, body)
+    for name, prop in schema["properties"].items():
+        if body.get(name) is None and "default" in prop:
+            body[name] = prop["default"]
+    for name in sorted(body):
+        prop = schema["properties"].get(name)
+        value = body[name]
+        if prop is None:
+            continue  # additional properties are allowed
+        kind = prop["type"]
+        if value is None:
+            raise error(f'Error at "/{name}": Value is not nullable', prop, value)
+        if kind == "boolean" and not isinstance(value, bool):
+            raise error(f'Error at "/{name}": value must be a boolean', prop, value)
+        if kind == "string" and not isinstance(value, str):
+            raise error(f'Error at "/{name}": value must be a string', prop, value)
+        if "pattern" in prop and not re.search(prop["pattern"], value):
+            pattern = prop["pattern"]
+            raise error(f'Error at "/{name}": string doesn\'t match the regular expression "{pattern}"', prop, value)
+    for name in schema["required"]:
+        if name not in body:
+            raise error(f'Error at "/{name}": property "{name}" is missing', schema, body)
+    return body
 
 
 def _protection_patterns(rules: Any) -> list[str]:
@@ -295,29 +413,21 @@ def _file_chunks(handle: BinaryIO, remaining: int) -> Iterator[bytes]:
         handle.close()
 
 
-def _drop_connection(environ: dict[str, Any]) -> None:
-    sock = environ.get("werkzeug.socket")
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-    # werkzeug's request handler treats ConnectionError as a client that went away.
-    raise ConnectionResetError("connection dropped by an injected fault")
-
-
 class LakeFSApp:
     """WSGI application serving the lakeFS API from a :class:`Store`.
 
+    Request counts, latency and faults are not here: the fault-injecting proxy
+    (:class:`airflow_lakefence.testing.proxy.FaultProxy`) applies them in front of this server or
+    of a real lakeFS. Only what a proxy cannot see is served here, under ``/_lakefence/``: the
+    store's internal counters (``GET /_lakefence/stats``; ``DELETE`` zeroes them).
+
     :param store: the data.
-    :param controls: counters, latency and faults.
     :param access_key_id: the one accepted access key id.
     :param secret_access_key: its secret.
     """
 
-    def __init__(self, store: Store, controls: Controls, access_key_id: str, secret_access_key: str) -> None:
+    def __init__(self, store: Store, access_key_id: str, secret_access_key: str) -> None:
         self.store = store
-        self.controls = controls
         self._key = access_key_id
         self._secret = secret_access_key
         self.url_map = Map([Rule(path, methods=[method], endpoint=op) for path, method, op in _ROUTES])
@@ -356,76 +466,28 @@ class LakeFSApp:
             return json_response(exc.code or 400, {"message": str(exc.description)})
         try:
             _validate_query(str(operation), request)
+            if operation == "createRepository":
+                _repository_creation(request)  # lakeFS validates request bodies before authenticating
         except errors.ApiError as exc:
             return _error(exc)
-        fired = self.controls.record_call(str(operation))
-        latency = self.controls.latency()
-        if latency:
-            time.sleep(latency)
-        early = self._apply_faults([f for f in fired if f.when == "before"], environ, None)
-        if early is not None:
-            return early
         if operation not in _UNAUTHENTICATED and not self._authenticated(request):
-            response = json_response(401, {"message": "error authenticating request"})
-        else:
-            try:
-                response = self._handlers[str(operation)](request, **args)
-            except errors.ApiError as exc:
-                response = _error(exc)
-        late = self._apply_faults([f for f in fired if f.when == "after"], environ, response)
-        return response if late is None else late
-
-    @staticmethod
-    def _apply_faults(faults: list[Fault], environ: dict[str, Any], done: Response | None) -> Response | None:
-        """Apply fired faults; ``done`` is the response of an operation that already ran."""
-        for fault in faults:
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.drop or fault.status is not None:
-                if done is not None:
-                    done.close()
-                if fault.drop:
-                    _drop_connection(environ)
-                return json_response(fault.status or 500, {"message": "injected fault"})
-        return None
+            return json_response(401, {"message": "error authenticating request"})
+        binding = _binding_error(str(operation), request)
+        if binding is not None:
+            return binding
+        try:
+            return self._handlers[str(operation)](request, **args)
+        except errors.ApiError as exc:
+            return _error(exc)
 
     def _control(self, request: Request) -> Response:
         name = request.path[len("/_lakefence/"):].strip("/")
-        try:
-            if name == "counts" and request.method == "GET":
-                return json_response(200, self.controls.counts())
-            if name == "counts" and request.method == "DELETE":
-                self.controls.reset_counts()
-                return json_response(204, None)
-            if name == "stats" and request.method == "GET":
-                return json_response(200, self.controls.stats())
-            if name == "latency" and request.method == "GET":
-                return json_response(200, {"seconds": self.controls.latency()})
-            if name == "latency" and request.method == "PUT":
-                seconds = _field(_body(request), "seconds", (int, float), required=True)  # type: ignore[arg-type]
-                self.controls.set_latency(float(seconds))
-                return json_response(204, None)
-            if name == "faults" and request.method == "POST":
-                body = _body(request)
-                fault = self.controls.add_fault(
-                    operation=_field(body, "operation", str, required=True),
-                    nth=_field(body, "nth", int, default=1),
-                    status=_field(body, "status", int),
-                    delay=_field(body, "delay", (int, float)),  # type: ignore[arg-type]
-                    drop=_field(body, "drop", bool, default=False),
-                    when=_field(body, "when", str, default="before"),
-                )
-                return json_response(201, fault.__dict__)
-            if name == "faults" and request.method == "GET":
-                return json_response(200, [f.__dict__ for f in self.controls.faults()])
-            if name == "faults" and request.method == "DELETE":
-                self.controls.clear_faults()
-                return json_response(204, None)
-        except errors.ApiError as exc:
-            return _error(exc)
-        except ValueError as exc:
-            return json_response(400, {"message": str(exc)})
-        return json_response(404, {"message": "unknown control"})
+        if name == "stats" and request.method == "GET":
+            return json_response(200, self.store.stats())
+        if name == "stats" and request.method == "DELETE":
+            self.store.reset_stats()
+            return json_response(204, None)
+        return json_response(404, {"message": "unknown control (counts, latency and faults are the proxy's)"})
 
     # --- config -------------------------------------------------------------------------
 
@@ -452,10 +514,11 @@ class LakeFSApp:
         return json_response(
             200,
             {
-                "version_config": {"version": LAKEFS_VERSION, "upgrade_recommended": False},
+                "version_config": {"version": LAKEFS_VERSION, "version_context": "lakeFS"},
                 "storage_config": self._storage_config(),
                 "storage_config_list": [],
                 "capabilities_config": {},
+                "ui_config": {},
             },
         )
 
@@ -463,10 +526,11 @@ class LakeFSApp:
         return json_response(200, self._storage_config())
 
     def op_getLakeFSVersion(self, request: Request) -> Response:
-        return json_response(200, {"version": LAKEFS_VERSION, "upgrade_recommended": False})
+        return json_response(200, {"version": LAKEFS_VERSION, "version_context": "lakeFS"})
 
     def op_getCurrentUser(self, request: Request) -> Response:
-        return json_response(200, {"user": {"id": self.store.committer, "creation_date": 0}})
+        user = {"id": self.store.committer, "creation_date": 0, "friendly_name": "", "email": ""}
+        return json_response(200, {"user": user})
 
     # --- repositories -------------------------------------------------------------------
 
@@ -478,17 +542,21 @@ class LakeFSApp:
         return json_response(200, {"pagination": pagination(results, has_more, "id"), "results": results})
 
     def op_createRepository(self, request: Request) -> Response:
-        body = _body(request)
+        body = _repository_creation(request)
+        bare = _bool(request, "bare")
         repo = self.store.create_repository(
-            name=_field(body, "name", str, required=True),
-            storage_namespace=_field(body, "storage_namespace", str, required=True),
-            default_branch=_field(body, "default_branch", str, default="main"),
-            storage_id=_field(body, "storage_id", str, default=""),
-            read_only=_field(body, "read_only", bool, default=False),
-            bare=_bool(request, "bare"),
+            name=body["name"],
+            storage_namespace=body["storage_namespace"],
+            default_branch=body.get("default_branch") or "main",
+            storage_id=body.get("storage_id") or "",
+            read_only=body["read_only"],
+            bare=bare,
+            sample_data=body["sample_data"],
         )
-        # include_samples: lakeFS adds no sample data on a local blockstore either.
-        return json_response(201, repo.to_api())
+        answer = repo.to_api()
+        if bare:
+            answer.pop("read_only")  # lakeFS's answer to a bare creation has no read_only
+        return json_response(201, answer)
 
     def op_getRepository(self, request: Request, repository: str) -> Response:
         return json_response(200, self.store.get_repository(repository).to_api())
@@ -837,15 +905,13 @@ class LakeFSApp:
         return json_response(204, None)
 
     def op_statObject(self, request: Request, repository: str, ref: str) -> Response:
-        if _bool(request, "presign"):
-            raise errors.not_implemented()
         path = _path(request)
         entry = self.store.stat_object(repository, ref, path)
+        if _bool(request, "presign"):
+            raise errors.bad_request(_NO_PRESIGN)
         return json_response(200, entry.stats(path, _bool(request, "user_metadata", True)))
 
     def op_listObjects(self, request: Request, repository: str, ref: str) -> Response:
-        if _bool(request, "presign"):
-            raise errors.not_implemented()
         with_metadata = _bool(request, "user_metadata", True)
         page = self.store.list_objects(
             repository,
@@ -855,6 +921,8 @@ class LakeFSApp:
             delimiter=request.args.get("delimiter", ""),
             limit=_amount(request),
         )
+        if _bool(request, "presign") and any(entry is not None for _, entry in page.items):
+            raise errors.bad_request(_NO_PRESIGN)  # lakeFS pre-signs each object of the page (not common prefixes)
         return json_response(200, object_stats_list(page, with_metadata))
 
     def _object_headers(self, entry: Entry) -> dict[str, str]:
@@ -896,12 +964,12 @@ class LakeFSApp:
         return response
 
     def op_getObject(self, request: Request, repository: str, ref: str) -> Response:
-        if _bool(request, "presign"):
-            raise errors.not_implemented()
         entry = self.store.stat_object(repository, ref, _path(request))
         headers = self._object_headers(entry)
         if request.headers.get("If-None-Match") == headers["ETag"]:
             return Response(status=304)
+        if _bool(request, "presign"):
+            raise errors.bad_request(_NO_PRESIGN)
         try:
             bounds = self._range(request, entry.size)
         except errors.ApiError as exc:

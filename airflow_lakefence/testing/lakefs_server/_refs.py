@@ -44,22 +44,30 @@ class RefsMixin(StoreBase):
         storage_id: str = "",
         read_only: bool = False,
         bare: bool = False,
+        sample_data: bool = False,
     ) -> Repository:
         """Create a repository with its first commit and default branch (neither when ``bare``).
 
+        As lakeFS: the default branch's name is not validated; a bare or read-only repository
+        neither checks nor claims its storage namespace (lakeFS writes no ``_lakefs/dummy`` there).
+
         :param name: repository id.
-        :param storage_namespace: ``local://...`` namespace, never reused.
+        :param storage_namespace: ``local://...`` namespace, never reused by a writable repository.
         :param default_branch: name of the default branch.
         :param storage_id: blockstore id; only the single default ("") exists.
         :param read_only: create a read-only repository.
         :param bare: create no commit and no branch (for restoring refs), as lakeFS's ``bare``.
-        :raises ApiError: 400 on invalid arguments or a used namespace, 409 if it exists.
+        :param sample_data: lakeFS's sample data: not available here (see the 501 below).
+        :raises ApiError: 400 on invalid arguments or a used namespace, 409 if it exists; 501 for
+            sample data in a writable repository (lakeFS's sample files are not shipped), checked
+            before anything is created; 403 for sample data in a read-only repository (created
+            first, as lakeFS does).
         """
         validate_repository_id(name)
         default_branch = default_branch or "main"
-        validate_branch_id(default_branch)
         if not storage_namespace:
             raise errors.bad_request("storage_namespace: required value: validation error")
+        claims_namespace = not bare and not read_only
         with self.write() as tx:
             if tx.one("SELECT 1 FROM repositories WHERE id = ?", (name,)) is not None:
                 raise errors.conflict("error creating repository: not unique")
@@ -69,13 +77,20 @@ class RefsMixin(StoreBase):
                 raise errors.bad_request(
                     f"failed to match required regex {NAMESPACE_RE.pattern}: invalid namespace"
                 )
-            if tx.one("SELECT 1 FROM used_namespaces WHERE namespace = ?", (storage_namespace,)):
+            if claims_namespace and tx.one(
+                "SELECT 1 FROM used_namespaces WHERE namespace = ?", (storage_namespace,)
+            ):
                 raise errors.bad_request(
-                    "failed to create repository: found lakeFS objects in the storage namespace:"
-                    " storage namespace already in use"
+                    f"failed to create repository: found lakeFS objects in the storage ({storage_id}:"
+                    f"{storage_namespace}) key(_lakefs/dummy): storage namespace already in use"
+                )
+            if sample_data and claims_namespace:
+                raise errors.ApiError(
+                    501, "sample data is not supported by the local lakeFS test server: no repository created"
                 )
             now = time.time_ns()
-            tx.conn.execute("INSERT INTO used_namespaces VALUES (?)", (storage_namespace,))
+            if claims_namespace:
+                tx.conn.execute("INSERT INTO used_namespaces VALUES (?)", (storage_namespace,))
             tx.conn.execute(
                 "INSERT INTO repositories VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, storage_namespace, "", default_branch, now // 1_000_000_000, int(read_only), "{}"),
@@ -93,7 +108,11 @@ class RefsMixin(StoreBase):
                 creation_ns=now,
             )
             tx.conn.execute("INSERT INTO branches VALUES (?, ?, ?, 0)", (name, default_branch, first.id))
-            return tx.repository(name)
+            repository = tx.repository(name)
+        if sample_data:
+            # lakeFS creates the repository, then fails to write the samples into it.
+            raise errors.forbidden("error populating sample repository: read-only repository")
+        return repository
 
     def get_repository(self, name: str) -> Repository:
         """Return a repository.

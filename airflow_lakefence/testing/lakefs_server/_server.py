@@ -1,4 +1,4 @@
-"""Starting and stopping the server: in a background thread, or as a process (``run_server``)."""
+"""Starting and stopping the server: in a background thread, or as a process (``run_server``, behind a proxy)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from airflow_lakefence.testing.lakefs_server._app import RAW_HEADERS_KEY, LakeFSApp
 from airflow_lakefence.testing.lakefs_server._store import Store
-from airflow_lakefence.testing.lakefs_server.controls import Controls
 
 # The lakeFS quickstart credentials: what lakeFS examples and docs use.
 DEFAULT_ACCESS_KEY_ID = "AKIAIOSFOLQUICKSTART"
@@ -45,7 +44,10 @@ class _QuietHandler(WSGIRequestHandler):
 class LakeFSServer:
     """A lakeFS-compatible server on a local port, backed by ``data_dir``.
 
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. Request counts, latency and
+    faults are the fault-injecting proxy's: put a
+    :class:`~airflow_lakefence.testing.proxy.FaultProxy` in front (``FaultProxy(server.url,
+    Controls(server.store))``, so that its ``stats()`` are this server's internal counters).
 
     :param data_dir: directory for the SQLite metadata and object bytes; reusing it after a
         restart (even after SIGKILL) keeps every acknowledged write.
@@ -53,7 +55,6 @@ class LakeFSServer:
     :param port: port to bind; 0 picks a free one.
     :param access_key_id: the one accepted access key id (Basic auth user).
     :param secret_access_key: its secret (Basic auth password).
-    :param latency: seconds of latency added to every lakeFS API request.
     :param committer: name recorded as the committer of commits and merges.
     """
 
@@ -64,7 +65,6 @@ class LakeFSServer:
         port: int = 0,
         access_key_id: str = DEFAULT_ACCESS_KEY_ID,
         secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY,
-        latency: float = 0.0,
         committer: str = "admin",
     ) -> None:
         self.data_dir = os.fspath(data_dir)
@@ -72,10 +72,8 @@ class LakeFSServer:
         self.port = port
         self.access_key_id = access_key_id
         self.secret_access_key = secret_access_key
-        self._latency = latency
         self._committer = committer
         self._store: Store | None = None
-        self._controls: Controls | None = None
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -95,16 +93,6 @@ class LakeFSServer:
         return f"{self.url}/api/v1"
 
     @property
-    def controls(self) -> Controls:
-        """Request counts, latency and faults of this server.
-
-        :raises RuntimeError: if the server was never started.
-        """
-        if self._controls is None:
-            raise RuntimeError("server is not running")
-        return self._controls
-
-    @property
     def store(self) -> Store:
         """The server's store, for server-internal test setup.
 
@@ -122,9 +110,7 @@ class LakeFSServer:
         if self._server is not None:
             raise RuntimeError("server already started")
         self._store = Store(self.data_dir, committer=self._committer)
-        self._controls = Controls(self._store)
-        self._controls.set_latency(self._latency)
-        app = LakeFSApp(self._store, self._controls, self.access_key_id, self.secret_access_key)
+        app = LakeFSApp(self._store, self.access_key_id, self.secret_access_key)
         self._server = make_server(self.host, self.port, app, threaded=True, request_handler=_QuietHandler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"lakefs-server-{self._server.server_port}", daemon=True
@@ -165,17 +151,25 @@ def run_server(
     latency: float = 0.0,
     out: TextIO | None = None,
 ) -> None:
-    """Run a server until SIGTERM or SIGINT; print its URL as the first line of ``out``.
+    """Run a server behind a fault-injecting proxy until SIGTERM or SIGINT; print the proxy's URL.
+
+    The proxy (:class:`~airflow_lakefence.testing.proxy.FaultProxy`) listens on ``host:port`` and
+    serves the test controls under ``/_lakefence/`` (counts, latency, faults, and the server's
+    internal ``stats``; :class:`~airflow_lakefence.testing.lakefs_server.controls.RemoteControls`);
+    the server itself listens on another free port of ``host``.
 
     :param data_dir: data directory.
     :param host: interface to bind.
-    :param port: port; 0 picks a free one.
+    :param port: the proxy's port; 0 picks a free one.
     :param access_key_id: accepted access key id.
     :param secret_access_key: accepted secret.
-    :param latency: seconds added to every API request.
+    :param latency: seconds the proxy adds to every API request.
     :param out: where to print the URL (default stdout); flushed at once.
     """
-    server = LakeFSServer(data_dir, host, port, access_key_id, secret_access_key, latency)
+    from airflow_lakefence.testing.lakefs_server.controls import Controls
+    from airflow_lakefence.testing.proxy import FaultProxy
+
+    server = LakeFSServer(data_dir, host, 0, access_key_id, secret_access_key)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -183,9 +177,10 @@ def run_server(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with server:
+        with server, FaultProxy(server.url, Controls(server.store), host=host, port=port) as proxy:
+            proxy.controls.set_latency(latency)
             stream = out if out is not None else sys.stdout
-            print(server.url, file=stream, flush=True)
+            print(proxy.url, file=stream, flush=True)
             stop.wait()
     finally:
         for sig, handler in previous.items():

@@ -1,10 +1,11 @@
 """Test controls: request counts, injected latency, scripted faults and request hooks.
 
 The fault-injecting proxy (:class:`airflow_lakefence.testing.proxy.FaultProxy`) applies them in
-front of either backend (the local server or a real lakeFS); the local server still applies its
-own copy for direct users. They are reachable in-process (:class:`Controls`) and over HTTP under
-``/_lakefence/`` (:class:`RemoteControls` for a test in another process). The ``/_lakefence/``
-endpoints need no authentication: they exist only on test servers and test proxies.
+front of either backend (the local server or a real lakeFS): the local server has none of its own,
+only its internal counters (``stats()``), which a proxy in the same process reads from the store it
+is given. They are reachable in-process (:class:`Controls`) and over HTTP under ``/_lakefence/``
+of the proxy (:class:`RemoteControls` for a test in another process). The ``/_lakefence/``
+endpoints need no authentication: they exist only on test proxies (and ``stats`` on the local server).
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ class Controls:
         :param delay: seconds to sleep.
         :param drop: drop the connection.
         :param when: ``before`` or ``after`` the operation runs.
-        :param hook: called with the :class:`Call` when the fault fires (only the proxy calls hooks).
+        :param hook: called with the :class:`Call` when the fault fires (in-process only).
         :raises ValueError: on an invalid combination.
         """
         fault = Fault(operation, nth, status, delay, drop, when, hook)
@@ -198,9 +199,10 @@ class Controls:
 
 
 class RemoteControls:
-    """The test controls of a server in another process, over ``/_lakefence/``.
+    """The test controls of a proxy in another process, over ``/_lakefence/``.
 
-    :param url: the server URL (``http://127.0.0.1:PORT``, without ``/api/v1``).
+    :param url: the proxy's URL (``http://127.0.0.1:PORT``, without ``/api/v1``); a local server's
+        own URL serves ``stats()`` only.
     :param timeout: seconds per control request.
     """
 

@@ -47,7 +47,7 @@ import tempfile
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -235,7 +235,13 @@ def lakefs_backend(request: pytest.FixtureRequest) -> str:
     return selected_backends(request.config)[0]
 
 
-def _real_unavailable(message: str) -> None:
+def real_lakefs_unavailable(message: str) -> NoReturn:
+    """Skip the test because real lakeFS cannot run here; fail it instead on CI (``CI=true``).
+
+    For fixtures of their own that need real lakeFS (the differential fidelity test uses it).
+
+    :param message: why (e.g. the :class:`~airflow_lakefence.testing.real_lakefs.GoToolchainMissingError`).
+    """
     if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
         pytest.fail(f"real lakeFS is mandatory on CI: {message}", pytrace=False)
     pytest.skip(f"real lakeFS unavailable: {message}")
@@ -264,7 +270,7 @@ def lakefs_server(lakefs_backend: str, tmp_path_factory: pytest.TempPathFactory)
         try:
             binary = ensure_lakefs_binary()
         except GoToolchainMissingError as exc:
-            _real_unavailable(str(exc))
+            real_lakefs_unavailable(str(exc))
         real = RealLakeFS(binary, tmp_path_factory.mktemp("real-lakefs"))
         with real, FaultProxy(real.url) as proxy:
             yield LakeFSServerInfo(
