@@ -21,6 +21,8 @@ from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, Fenc
 from airflow_lakefence.spark import kubernetes_secret_conf, s3a_submit_options
 
 DEFAULT_SPARK_CONN_ID = "spark_default"
+#: The levels Spark's ``spark.log.level`` accepts (``SparkContext.setLogLevel``'s).
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 
 
 def spark_master(conn: Any) -> str:
@@ -75,6 +77,10 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     :param kubernetes_credentials_secret: on Kubernetes, the name of a Secret holding
         ``access_key_id`` / ``secret_access_key``: the driver pod gets them by reference
         (:func:`airflow_lakefence.spark.kubernetes_secret_conf`), never as values in argv.
+    :param spark_log_level: the Spark driver's root log level, passed as ``spark.log.level``
+        (applied when the SparkContext starts) unless ``conf`` sets that key itself. The default
+        ``WARN`` keeps Spark's INFO chatter out of the task log (the provider streams every line
+        spark-submit prints into it); ``None`` leaves Spark's log4j configuration alone.
     :param kwargs: those, and everything :class:`SparkSubmitOperator` takes (``application``,
         ``conn_id``, ``conf``, ``env_vars``...). ``durable`` is forced off: each attempt runs its
         own job into its own staging branch.
@@ -87,11 +93,23 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     job_name: ClassVar[str] = "Spark job"
     job_error: ClassVar[type[JobError]] = SparkJobError
 
-    def __init__(self, *, s3a: bool = False, kubernetes_credentials_secret: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        s3a: bool = False,
+        kubernetes_credentials_secret: str | None = None,
+        spark_log_level: str | None = "WARN",
+        **kwargs: Any,
+    ) -> None:
         kwargs["durable"] = False
         self.spark_conn_id: str = kwargs.get("conn_id", DEFAULT_SPARK_CONN_ID)
         self.s3a = s3a
         self.kubernetes_credentials_secret = kubernetes_credentials_secret
+        if spark_log_level is not None and spark_log_level.upper() not in SPARK_LOG_LEVELS:
+            raise InvalidInputError(
+                f"spark_log_level must be one of {SPARK_LOG_LEVELS} or None, got {spark_log_level!r}"
+            )
+        self.spark_log_level = spark_log_level
         super().__init__(**kwargs)
         # Fail at parse time, not in the worker, when the arguments can never work.
         if kubernetes_credentials_secret is not None:
@@ -149,6 +167,8 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
             extra["SPARK_LOCAL_IP"] = "127.0.0.1"
         original_conf, original_env, original_packages = self.conf, self.env_vars, self.packages
         conf: dict[str, Any] = {**(original_conf or {})}
+        if self.spark_log_level is not None:
+            conf.setdefault("spark.log.level", self.spark_log_level.upper())
         if self.s3a:
             options = s3a_submit_options(self.packages, conf)
             self.packages, conf = options.packages, dict(options.conf)

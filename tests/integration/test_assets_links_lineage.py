@@ -125,8 +125,10 @@ def test_staging_link_is_empty_when_the_try_kept_no_branch(
 def test_the_task_is_the_declared_producer_of_its_lakefs_asset(
     dags: Any, asset_repo: tuple[lakefs.Repository, str]
 ) -> None:
-    """The Assets view's "Producing tasks" comes from the outlets Airflow stored for the DAG."""
+    """The Assets view's "Producing tasks" comes from the outlets Airflow stored for the DAG, and its
+    graph from the serialized DAG: the lakefs:// Asset itself, no AssetAlias node in between."""
     from airflow.models.asset import AssetModel, TaskOutletAssetReference
+    from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
 
     repo, input_commit = asset_repo
@@ -135,6 +137,16 @@ def test_the_task_is_the_declared_producer_of_its_lakefs_asset(
         asset = session.query(AssetModel).filter(AssetModel.uri == URI).one()
         producers = session.query(TaskOutletAssetReference).filter_by(asset_id=asset.id).all()
         assert [(p.dag_id, p.task_id) for p in producers] == [("lf_test_assets", "publish")]
+        stored = SerializedDagModel.get("lf_test_assets", session=session)
+        assert stored is not None and stored.data is not None
+        data = stored.data["dag"]
+    (task,) = [t["__var"] for t in data["tasks"] if t["__var"]["task_id"] == "publish"]
+    assert [(o["__type"], o["__var"]["uri"]) for o in task["outlets"]] == [("asset", URI)]
+    # The dependency graph (what the Assets view draws): DAG -> the Asset, with no alias in between.
+    (dependency,) = data["dag_dependencies"]
+    assert (dependency["source"], dependency["dependency_type"]) == ("lf_test_assets", "asset")
+    assert json.loads(dependency["dependency_id"])["uri"] == URI
+    assert "alias" not in json.dumps(data).lower()
 
 
 def test_staging_link_of_a_try_that_failed_closed(dags: Any, asset_repo: tuple[lakefs.Repository, str]) -> None:

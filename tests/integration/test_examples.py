@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import urllib.request
@@ -40,9 +41,24 @@ def test_dagbag_imports_examples_cleanly() -> None:
     assert task.pool == "lakefs_example-repo_main"
 
 
+def only(lines: list[str], text: str) -> int:
+    """The index of the one line holding ``text``."""
+    (index,) = [i for i, line in enumerate(lines) if text in line]
+    return index
+
+
+#: The loggers of the fenced task's lines: the operator's and the Spark provider's hook's.
+TASK_LOGGERS = (
+    "operators.airflow_lakefence.operators.fenced_spark.FencedSparkPublishOperator",
+    "hooks.airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook",
+)
+#: A line Spark's log4j console appender prints at INFO ("26/11/24 21:40:33 INFO SparkContext: ...").
+SPARK_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
+
+
 @pytest.mark.spark
 def test_example_dag_publishes_with_real_pyspark(
-    lakefs_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lakefs_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from airflow.models.pool import Pool
 
@@ -51,8 +67,12 @@ def test_example_dag_publishes_with_real_pyspark(
     Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
     # Register every DAG (the asset consumer included) as the dag processor would.
     subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
-    dr = load_dag_module("examples/example_fenced_publish.py").dag.test()
+    capfd.readouterr()
+    # No logical date: what the REST API gives a manual run by default.
+    dr = load_dag_module("examples/example_fenced_publish.py").dag.test(logical_date=None)
+    log = "".join(capfd.readouterr()).splitlines()
     assert dr.state == "success"
+    assert dr.logical_date is None
 
     repo = lakefs.Repository("example-repo", client=lakefs_client)
     head = repo.branch("main").get_commit()
@@ -61,6 +81,7 @@ def test_example_dag_publishes_with_real_pyspark(
     assert values["input_ref"] == input_commit
     assert values["output_ref"] == head.id
     assert head.parents[0] == input_commit and head.parents[1] == values["staged_commit"]
+    assert head.message == f"daily counts, run {dr.run_id}"
     assert head.metadata["pipeline"] == "daily_counts"
     assert decode_metadata(head.metadata).role == "publish"  # type: ignore[union-attr]
     outputs = [o.path for o in repo.ref(head.id).objects(prefix="tables/daily_counts/")]
@@ -69,6 +90,29 @@ def test_example_dag_publishes_with_real_pyspark(
     counts = xcoms(dr, "report")["return_value"]
     assert sum(counts.values()) == 2_000 and len(counts) == 7
     assert values["_link_LakeFSCommitLink"].endswith(f"/repositories/example-repo/commits/{head.id}")
+
+    # The fenced task's log: the attempt before the job, spark-submit's output (the provider streams
+    # each line into the task log) without Spark's INFO chatter (spark_log_level="WARN" by default,
+    # applied when the SparkContext starts: only its first few lines come before), the summary after.
+    # The lines the operator and the Spark hook logged (Airflow's own lines around them vary).
+    task_log = [line for line in log if any(f"[airflow.task.{name}]" in line for name in TASK_LOGGERS)]
+    submit = only(task_log, "Spark-Submit cmd:")
+    assert "--conf spark.log.level=WARN" in task_log[submit]
+    spark_info = [line for line in task_log if SPARK_INFO.search(line)]
+    # Measured: 294 such lines (281 Spark INFO) without the default, 17 (3: the pattern does match) with it.
+    assert 0 < len(spark_info) <= 5 and len(task_log) < 40, (len(task_log), spark_info)
+    attempt = only(task_log, "lakefence attempt: try 1 ")
+    for fact in (
+        f"commit {input_commit}",
+        f"staging branch {values['staging_branch']}",
+        f"target main at {input_commit}",
+    ):
+        assert fact in task_log[attempt]
+    summary = only(task_log, "lakefence merge: output ref ")
+    assert attempt < submit < only(task_log, f"wrote 7 days from input commit {input_commit}") < summary
+    for fact in (head.id, values["staged_commit"], "1 files"):
+        assert fact in task_log[summary]
+    assert f"lakeFS commit: {values['_link_LakeFSCommitLink']}" in task_log[summary + 1]
 
     # The publication emitted one asset event naming the exact commit, which queues the consumer DAG.
     from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel

@@ -4,13 +4,19 @@ environment and confs through the provider's public arguments, and the attempt's
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import jinja2
 import lakefs
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_lakefence.core.engine import AttemptLocations
+from airflow_lakefence.exceptions import InvalidInputError
+from airflow_lakefence.operators import FencedSparkPublishOperator
 from tests.conftest import load_dag_module
 from tests.integration.helpers import xcoms
 
@@ -69,6 +75,7 @@ def test_the_spark_job_gets_locations_as_env_and_confs_and_binds_locally(
     assert call["env"]["LAKEFENCE_INPUT_COMMIT"] == input_commit
     assert f"spark.lakefence.stagingBranch={staging}" in call["argv"]
     assert f"spark.lakefence.inputCommit={input_commit}" in call["argv"]
+    assert "spark.log.level=WARN" in call["argv"]  # Spark's INFO lines stay out of the task log
     # The operator's own arguments are unchanged after the try (credentials lived in it only while the job ran).
     task = dags.workspace_dag.get_task("publish")
     assert "LAKEFS_SECRET_ACCESS_KEY" not in task.env_vars
@@ -95,3 +102,90 @@ def test_the_providers_openlineage_conf_injection_still_reaches_the_job(
     argv = submitted[0]["argv"]
     assert any(arg.startswith("spark.openlineage.parentJobName=") for arg in argv), argv
     assert any(arg.startswith("spark.lakefence.stagingBranch=") for arg in argv)
+
+
+def only(lines: list[str], text: str) -> int:
+    """The index of the one line holding ``text``."""
+    (index,) = [i for i, line in enumerate(lines) if text in line]
+    return index
+
+
+@pytest.mark.parametrize("ui_base_url", [None, "https://lakefs.example.com/ui/"])
+def test_the_task_log_tells_the_attempt_before_the_job_and_sums_it_up_after(
+    dags: Any,
+    seeded: tuple[lakefs.Repository, str],
+    lakefs_conn: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    ui_base_url: str | None,
+) -> None:
+    repo, input_commit = seeded
+    if ui_base_url is not None:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_LAKEFS_DEFAULT", json.dumps({**lakefs_conn, "extra": {"ui_base_url": ui_base_url}})
+        )
+    capfd.readouterr()
+    dr = dags.workspace_dag.test(run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "BB"}}))
+    lines = "".join(capfd.readouterr()).splitlines()
+    assert dr.state == "success"
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "merge" and values["output_ref"] == head.id
+
+    attempt = only(lines, "lakefence attempt: try 1 ")
+    for fact in (
+        f"commit {input_commit}",
+        f"staging branch {values['staging_branch']}",
+        f"target main at {input_commit}",
+    ):
+        assert fact in lines[attempt]
+    summary = only(lines, "lakefence merge: output ref ")
+    assert attempt < only(lines, "Spark-Submit cmd:") < only(lines, "JOB-DONE workspace 2") < summary
+    for fact in (head.id, values["staged_commit"], f"input {input_commit}", "2 files, 3 bytes uploaded"):
+        assert fact in lines[summary]
+    # The link under the connection's UI base URL when it has one, else under its endpoint.
+    base = (ui_base_url or lakefs_conn["host"]).rstrip("/").removesuffix("/api/v1")
+    assert only(lines, "lakeFS commit: ") == summary + 1
+    assert f"lakeFS commit: {base}/repositories/{repo.id}/commits/{head.id}" in lines[summary + 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "level"),
+    [
+        ({}, "WARN"),
+        ({"spark_log_level": "info"}, "INFO"),
+        ({"spark_log_level": "ERROR", "conf": {"spark.log.level": "DEBUG"}}, "DEBUG"),  # conf wins
+        ({"spark_log_level": None}, None),
+    ],
+)
+def test_spark_log_level_reaches_the_job_unless_conf_or_none_says_otherwise(
+    kwargs: dict[str, Any], level: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    confs: list[dict[str, Any]] = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(dict(self.conf or {})))
+    task = FencedSparkPublishOperator(
+        task_id="publish",
+        application="job.py",
+        conn_id="spark_local",
+        repository="r",
+        target_branch="main",
+        input_ref="main",
+        **kwargs,
+    )
+    task.run_job({}, AttemptLocations("r", "main", "c" * 64, "lakefence-x", Path("/nonexistent"), "workspace"))
+    (submitted,) = confs
+    assert submitted.get("spark.log.level") == level
+    assert "spark.lakefence.stagingBranch" in submitted  # the job's confs were there too
+    assert task.conf == kwargs.get("conf")  # the task's own conf is unchanged after the job
+
+
+def test_a_spark_log_level_spark_does_not_know_is_refused_at_parse_time() -> None:
+    with pytest.raises(InvalidInputError, match="spark_log_level must be one of"):
+        FencedSparkPublishOperator(
+            task_id="publish",
+            application="job.py",
+            repository="r",
+            target_branch="main",
+            input_ref="main",
+            spark_log_level="VERBOSE",
+        )
