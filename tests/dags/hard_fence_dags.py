@@ -1,27 +1,27 @@
 """DAGs of the hard-fence operator tests (tests/hard_fence/test_operator_hard_fence.py) under ``dag.test()``.
 
-conf keys: repository, target, input_ref, files ({path: text} the function writes).
+conf keys: repository, target, input_ref, files ({path: text} the function writes). The DAG (failure
+capture, no retry delay, native rendering) comes from the shared factory, tests/dags/dag_factory.py.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import sys
+from pathlib import Path
 from typing import Any
 
-import pendulum
 from airflow.sdk import DAG
 
 from airflow_lakefence.operators import FencedPythonPublishOperator
+
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import failure_recording_dag
 
 #: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
 FAILURES: dict[tuple[str, int], BaseException] = {}
 #: dag_id -> how many times the function ran.
 RUNS: dict[str, int] = {}
-
-
-def _record_failure(context: Any) -> None:
-    ti = context["ti"]
-    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
 
 
 def write_files(lakefence: Any, dag_run: Any = None, ti: Any = None) -> int:
@@ -36,13 +36,7 @@ def write_files(lakefence: Any, dag_run: Any = None, ti: Any = None) -> int:
 
 
 def _dag(dag_id: str, retries: int = 0, **options: Any) -> DAG:
-    with DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
-    ) as dag:
+    with failure_recording_dag(dag_id, FAILURES, retries) as dag:
         FencedPythonPublishOperator(
             task_id="publish",
             python_callable=write_files,

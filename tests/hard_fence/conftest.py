@@ -1,7 +1,9 @@
 """Fixtures for the hard-fence tests: a lakeFS that runs pre-merge hooks, the adapter, a fenced repository.
 
-The tests need a lakeFS that runs actions (Lua pre-merge hooks). Real lakeFS does; the local test
-server is skipped until it runs them too.
+The tests need a lakeFS that runs actions (Lua pre-merge hooks). Both backends do: real lakeFS, and
+the local test server, which runs pre-merge Lua hooks with a real Lua interpreter (``lupa``, in the
+``testing`` extra; airflow_lakefence/testing/lakefs_server/_actions.py). Nothing here is skipped on
+either backend: without ``lupa`` the local server fails such a merge with a message saying so.
 """
 
 from __future__ import annotations
@@ -20,23 +22,6 @@ from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerIn
 T = TypeVar("T")
 
 
-def local_server_runs_actions() -> bool:
-    """Whether the local test server runs lakeFS actions (pre-merge Lua hooks)."""
-    try:
-        from airflow_lakefence.testing.lakefs_server import _actions  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.fixture
-def hooks_server(lakefs_server: LakeFSServerInfo) -> LakeFSServerInfo:
-    """The session's lakeFS, when it runs pre-merge hooks (skips otherwise)."""
-    if lakefs_server.is_local and not local_server_runs_actions():
-        pytest.skip("the local lakeFS test server does not run actions (pre-merge hooks)")
-    return lakefs_server
-
-
 class CountingClient(LakeFSClient):
     """The real adapter, counting its logical lakeFS calls by operation (a listing page is one call)."""
 
@@ -50,15 +35,13 @@ class CountingClient(LakeFSClient):
 
 
 @pytest.fixture
-def adapter(hooks_server: LakeFSServerInfo) -> CountingClient:
+def adapter(lakefs_server: LakeFSServerInfo) -> CountingClient:
     """The product's lakeFS adapter for the session's server, counting calls."""
-    return CountingClient(hooks_server.url, hooks_server.access_key_id, hooks_server.secret_access_key)
+    return CountingClient(lakefs_server.url, lakefs_server.access_key_id, lakefs_server.secret_access_key)
 
 
 @pytest.fixture
-def fenced_repo(
-    hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Repository, adapter: CountingClient
-) -> Iterator[lakefs.Repository]:
+def fenced_repo(lakefs_repo: lakefs.Repository, adapter: CountingClient) -> Iterator[lakefs.Repository]:
     """A repository whose ``main`` carries the hard fence (and one data file)."""
     main = lakefs_repo.branch("main")
     main.object("data/seed.txt").upload(b"seed\n")

@@ -1,8 +1,9 @@
 """The hard fence inside lakeFS: installed by merge, it turns a lakefence merge into a compare-and-swap.
 
-Every test runs the shipped hook inside a lakeFS that runs actions (real lakeFS v1.86; the local
-server once it runs pre-merge hooks) and asserts outcomes: branch heads, commit parents, objects,
-the 412's class. Scenarios are built with the SDK; the product's adapter does the fenced merges.
+Every test runs the shipped hook inside a lakeFS that runs actions (real lakeFS v1.86, and the local
+server, which runs pre-merge Lua hooks with a real Lua interpreter) and asserts outcomes: branch
+heads, commit parents, objects, the 412's class. Scenarios are built with the SDK; the product's
+adapter does the fenced merges.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def test_concurrent_merges_on_one_expected_head_exactly_one_lands(
 
 
 def test_without_the_fence_the_same_race_stacks_every_merge(
-    adapter: CountingClient, hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Repository
+    adapter: CountingClient, lakefs_repo: lakefs.Repository
 ) -> None:
     # The control: what the fence prevents. lakeFS recomputes each losing merge on the moved head.
     commit_on(lakefs_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
@@ -243,10 +244,7 @@ def test_a_source_without_the_action_file_is_not_fenced(
 
 
 def test_fence_installs_on_a_protected_target_and_guards_it(
-    adapter: CountingClient,
-    hooks_server: LakeFSServerInfo,
-    lakefs_client: lakefs.Client,
-    lakefs_repo: lakefs.Repository,
+    adapter: CountingClient, lakefs_client: lakefs.Client, lakefs_repo: lakefs.Repository
 ) -> None:
     commit_on(lakefs_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
     protect(lakefs_client, lakefs_repo, "main")
@@ -264,12 +262,12 @@ def test_fence_installs_on_a_protected_target_and_guards_it(
     assert head(lakefs_repo) == merged
 
 
-def test_command_line(hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Repository) -> None:
+def test_command_line(lakefs_server: LakeFSServerInfo, lakefs_repo: lakefs.Repository) -> None:
     env = {
         **os.environ,
-        "LAKECTL_SERVER_ENDPOINT_URL": hooks_server.url,
-        "LAKECTL_CREDENTIALS_ACCESS_KEY_ID": hooks_server.access_key_id,
-        "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY": hooks_server.secret_access_key,
+        "LAKECTL_SERVER_ENDPOINT_URL": lakefs_server.url,
+        "LAKECTL_CREDENTIALS_ACCESS_KEY_ID": lakefs_server.access_key_id,
+        "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY": lakefs_server.secret_access_key,
     }
 
     def cli(*args: str) -> tuple[int, dict[str, Any]]:
@@ -292,7 +290,7 @@ def test_command_line(hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Reposi
             timeout=120,
             check=False,
         )
-        assert hooks_server.secret_access_key not in proc.stdout + proc.stderr
+        assert lakefs_server.secret_access_key not in proc.stdout + proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
     code, out = cli("check")
@@ -326,7 +324,7 @@ def test_command_line(hooks_server: LakeFSServerInfo, lakefs_repo: lakefs.Reposi
 
 
 def test_hook_methods_through_an_airflow_connection(
-    hooks_server: LakeFSServerInfo, lakefs_conn: dict[str, str], lakefs_repo: lakefs.Repository
+    lakefs_conn: dict[str, str], lakefs_repo: lakefs.Repository
 ) -> None:
     from airflow_lakefence.hooks.lakefs import LakeFSHook
 

@@ -18,6 +18,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.core.cleanup import EVIDENCE_KEY
 from airflow_lakefence.core.engine import AttemptLocations, PublishEngine, PublishRequest, PublishResult
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.exceptions import (
@@ -25,8 +26,11 @@ from airflow_lakefence.exceptions import (
     HardFenceRaceError,
     LakeFSAuthError,
     LakeFSBranchProtectedError,
+    LakeFSHardFenceRejectedError,
+    LakeFSHookRejectedError,
     MergeHookRejectedError,
     PublishFenceError,
+    PublishRaceError,
     StaleAttemptError,
 )
 from airflow_lakefence.hardfence import install_hard_fence
@@ -308,3 +312,53 @@ def test_protected_target_replaces_by_merges_automatically(
     assert third.result is not None and third.result.decision == "replace", third.error
     assert tree(repo, "main") == {"in/data.txt": b"input", "out/a.txt": b"try3"}
     assert leftovers(adapter, repo) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "protected"),
+    [("require", False), ("off", False), ("require", True)],
+    ids=["hard-by-request", "soft-by-request", "hard-protected"],
+)
+def test_a_users_pre_merge_hook_runs_on_a_merge_only_replacement(
+    adapter: CountingClient,
+    lakefs_client: lakefs.Client,
+    fenced: tuple[lakefs.Repository, str],
+    mode: str,
+    protected: bool,
+) -> None:
+    """The user's own hook sees the replacement's final merge (a chain link) and rejects it: reported
+    as the user's rejection, never as the hard fence losing a race; nothing published, evidence kept."""
+    repo, _ = fenced
+    # The user's policy lets first publications through and refuses replacements (chain links).
+    install_user_hook(repo, "main", "no_replacements", hf.REPLACES_KEY)
+    input_commit = head(repo)
+    abandoned = _abandoned(adapter, repo, input_commit, hard_fence=mode)  # the hook ran and let it pass
+    published = tree(repo, "main")
+    assert published == {"in/data.txt": b"input", "out/a.txt": b"try1", "out/only1.txt": b"x"}
+    if protected:
+        protect(lakefs_client, repo, "main")  # merge-only automatically (the hard reset is refused)
+    second = publish(
+        adapter, repo, input_commit, 2, {"out/a.txt": "try2"}, hard_fence=mode, replace_by_merge=not protected
+    )
+    error = second.error
+    assert isinstance(error, MergeHookRejectedError) and not isinstance(error, PublishRaceError), error
+    assert f"USER_POLICY: merges tagged {hf.REPLACES_KEY} are not allowed" in str(error)
+    cause = error.__cause__
+    assert isinstance(cause, LakeFSHookRejectedError) and not isinstance(cause, LakeFSHardFenceRejectedError)
+    assert cause.run_id and cause.run_id in str(error)  # the message names the hook's run
+    # Nothing published: the target still shows try 1's publication.
+    assert head(repo) == abandoned and tree(repo, "main") == published
+    # Evidence: the staging branch is kept, marked, holding try 2's staged output; the temporary
+    # merge-only branch is gone.
+    assert leftovers(adapter, repo) == [error.staging_branch]
+    marker = adapter.get_commit(repo.id, error.staging_branch)
+    assert marker.metadata[EVIDENCE_KEY] == "MergeHookRejectedError"
+    assert tree(repo, marker.parents[0]) == {"in/data.txt": b"input", "out/a.txt": b"try2"}
+    # The replacement got as far as its final merge (the one the hook refused), then the evidence
+    # marker commit; with the soft fence, or on a protected target, the target is read first.
+    expected = {"upload_object": 1, "commit": 2, "create_branch": 1, "revert": 1, "merge": 2, "delete_branch": 1}
+    if mode == "off" or protected:
+        expected["get_commit"] = 1
+    if protected:
+        expected["hard_reset"] = 1  # refused (403), then merge-only
+    assert second.after == expected

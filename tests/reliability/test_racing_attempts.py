@@ -8,7 +8,8 @@ foreign writer run the protocol at the same time, each in its own process, again
   the documented limits of the soft fence, observed and named by the invariant checker.
 * The seeded interleavings run random delays at every boundary, a random clear time and a random
   foreign writer (a fixed set here; ``python -m tests.reliability.sweep --seeds 200`` for the long
-  sweep, whose latest result docs/reliability.md records).
+  sweep, whose latest result docs/reliability.md records), with the soft fence and, on a few seeds,
+  with the hard fence (``--fence both`` for the long sweep; docs/hard-fence.md).
 
 The invariants (``check_invariants``): the target's history is explainable; no acknowledged foreign
 commit is lost (except through the hard-reset window, reported as such); a stale attempt never ends
@@ -47,10 +48,16 @@ from tests.reliability.harness import (
     visible_tries,
 )
 from tests.reliability.registry import AttemptRegistry
-from tests.reliability.sweep import run_sweep
+from tests.reliability.sweep import run_sweep, violation_classes
 
 #: The seeded interleavings CI runs (the sweep runs seeds 0..199).
 CI_SEEDS = range(1000, 1012)
+#: The seeds CI runs with the hard fence, picked from the sweep's seeds 0..59 (local server), each a
+#: few seconds: in 46 the zombie's merge, in 31 try 2's optimistic merge meets a foreign commit and
+#: lakeFS's hard fence refuses it (412: HardFenceRaceError); in 30 the zombie's late merge conflicts
+#: with try 2's publication (the soft fence's PublishRaceError; a HardFenceRaceError once the target
+#: is re-read); in 16 and 53 try 2 replaces try 1's publication by merges (a chain link).
+CI_HARD_SEEDS = (30, 46, 31, 16, 53)
 
 
 @dataclass
@@ -302,3 +309,26 @@ def test_seeded_interleavings(launcher: ForkServer, lake: Lake, airflow_home: Pa
     replaced = any("try2:replace" in r.outcomes["decisions"] for r in reports)
     assert "StaleAttemptError" in outcomes or replaced
     assert "PublishFenceError" in outcomes and "success" in outcomes
+
+
+def test_seeded_interleavings_with_the_hard_fence(
+    launcher: ForkServer, lake: Lake, airflow_home: Path, tmp_path: Path
+) -> None:
+    """The hard fence's targets (issue 18) on the CI seeds: every invariant holds, and not one lost
+    foreign commit, stale publication or stacked publication, not even as a documented soft-fence
+    hole. Rerun one with ``python -m tests.reliability.sweep --fence hard --first SEED --seeds 1``."""
+    reports = run_sweep(launcher, lake, list(CI_HARD_SEEDS), 3, tmp_path, airflow_home, fence="hard")
+    failed = {r.scenario.seed: r.summary() for r in reports if not r.verdict.ok or r.verdict.holes}
+    assert not failed, failed
+    assert violation_classes(reports) == {
+        "lost_foreign_commits": 0,
+        "stacked_publications": 0,
+        "stale_publications": 0,
+        "other_violations": 0,
+    }
+    # Not vacuous: lakeFS's hard fence refused a stale merge, and a publication was replaced by merges.
+    ended = [o for r in reports for o in (r.outcomes["try1"], r.outcomes["try2"])]
+    refused = [o for o in ended if o.get("message", "").startswith("lakeFS's hard fence refused the merge")]
+    assert refused and all(o["type"] == "HardFenceRaceError" for o in refused), ended
+    assert any("try2:replace" in r.outcomes["decisions"] for r in reports), [r.outcomes for r in reports]
+    assert all(r.verdict.notes["fence"] == "hard" for r in reports)
