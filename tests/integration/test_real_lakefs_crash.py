@@ -16,6 +16,7 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.testing.lakefs_server.controls import Call
 from tests.conftest import load_dag_module
 from tests.integration.helpers import read_text, run_dag, staging_branches, ti_state, xcoms
@@ -68,12 +69,20 @@ def _conf(repo: lakefs.Repository, input_commit: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("operation", "restart"),
+    ("operation", "restart", "decision"),
     [
-        ("commit", "at_once"),  # after the staging commit, before its answer
-        ("mergeIntoBranch", "at_once"),  # after the merge, before its answer
-        ("commit", "on_retry"),  # lakeFS stays down for the rest of try 1
-        ("mergeIntoBranch", "on_retry"),
+        # After the staging commit, before its answer: try 1 re-reads the staging branch, finds its
+        # stage record there (or, had the commit been lost, commits again), then merges.
+        ("commit", "at_once", "merge"),
+        # After the merge, before its answer: try 1's next round reads the target and finds its own
+        # publication.
+        ("mergeIntoBranch", "at_once", "idempotent"),
+        # lakeFS stays down for the rest of try 1, which fails before merging; try 2 finds the target
+        # still at the input, removes try 1's staging branch and merges.
+        ("commit", "on_retry", "merge"),
+        # The merge landed, then lakeFS stayed down: try 1 cannot read the target again and fails;
+        # try 2 finds try 1's publication on the input and replaces it.
+        ("mergeIntoBranch", "on_retry", "replace"),
     ],
 )
 def test_kill_9_mid_publish(
@@ -83,6 +92,7 @@ def test_kill_9_mid_publish(
     real: Any,
     operation: str,
     restart: str,
+    decision: str,
 ) -> None:
     repo, input_commit = seeded
     killed: list[Call] = []
@@ -112,15 +122,12 @@ def test_kill_9_mid_publish(
     assert [c.operation for c in killed] == [operation]
     assert len(set(pids)) == 2  # one kill, one restart
     values = _assert_published_once(repo, input_commit, dag_run)
-    state, tries = ti_state(dag_run, "publish")
-    assert state == "success"
-    if restart == "on_retry":
-        assert tries == 2 and ("lf_real_crash", 1) in crash_dags.FAILURES
-    # A merge that landed before the crash is found again, never merged a second time.
-    if operation == "mergeIntoBranch":
-        assert values["decision"] in ("idempotent", "replace")
-    else:
-        assert values["decision"] in ("merge", "replace")
+    assert ti_state(dag_run, "publish") == ("success", 2 if restart == "on_retry" else 1)
+    assert list(crash_dags.FAILURES) == ([("lf_real_crash", 1)] if restart == "on_retry" else [])
+    # A merge that landed before the crash is found again (or replaced by the retry), never merged twice.
+    assert values["decision"] == decision
+    record = decode_metadata(repo.branch("main").get_commit().metadata)
+    assert record is not None and record.attempt.try_number == (2 if restart == "on_retry" else 1)
 
 
 def test_acknowledged_writes_survive_kill_9(lakefs_repo: lakefs.Repository, real: Any) -> None:
