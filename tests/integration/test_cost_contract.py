@@ -5,7 +5,9 @@ part of the operator's interface. These tests pin it exactly, split before/after
 every publish decision, and prove it does not depend on the target's history depth (1, 100, 1,000
 commits) nor on how many objects the job changed (1, 100, 10,000; direct mode). A change that adds
 a call, or makes one depend on history or data volume, fails here. docs/performance.md explains the
-method and the figures.
+method and the figures. The hard fence's table (``HARD_FENCE_CONTRACT``, docs/hard-fence.md) is
+pinned the same way: soft and hard fence, replacements by hard reset, by merges and on a protected
+target, at two history depths, with the fenced Python operator in workspace mode.
 
 How it is measured, with real components only:
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,13 +39,18 @@ from typing import Any
 
 import lakefs
 import pytest
+from lakefs_sdk.exceptions import ForbiddenException
+from lakefs_sdk.models.branch_protection_rule import BranchProtectionRule
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.attempt import attempt_from_context
+from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, forget_checks, is_chain_link
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name, staging_branch_prefix
-from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
+from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
+from airflow_lakefence.hardfence import install_hard_fence
+from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.testing.lakefs_server.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.conftest import load_dag_module
 from tests.integration.helpers import run_dag, update_ti, xcoms
@@ -86,6 +94,76 @@ ARM_RETRY = {"SetTaskStateStore": 1, "GetTaskStateStore": 3}
 #: A try that publishes records what it reports in the run state right after its last fence check.
 REPORT_RECORD = {"SetTaskStateStore": 1}
 
+# -- the hard fence's table (docs/hard-fence.md, "Cost of each path") -----------------------------
+#: Before the job, ``hard_fence="require"`` adds one getObject (the action file on the input commit;
+#: each try here runs as in a new worker process, which remembers no check).
+HF_BEFORE = {"soft": _BEFORE, "hard": {**_BEFORE, "getObject": 1}}
+HF_BEFORE_RETRY = {"soft": _BEFORE_RETRY, "hard": {**_BEFORE_RETRY, "getObject": 1}}
+#: What a merge-only replacement adds to its merges: createBranch and revertBranch (the temporary
+#: branch from the abandoned publication), deleteBranch of it (besides the staging branch's).
+_BY_MERGES = {"createBranch": 1, "revertBranch": 1, "deleteBranch": 2}
+#: (decision, soft|hard) -> lakeFS calls after the job, workspace mode, without the workspace's
+#: uploads (one uploadObject per file). Soft: ``hard_fence="off"`` on an input without the fence;
+#: hard: ``hard_fence="require"`` on an input that carries it. ``*_by_merge``: ``replace_by_merge=True``;
+#: ``*_protected``: a protected target without it (the hard reset is refused: 403, then merge-only).
+HARD_FENCE_CONTRACT: dict[tuple[str, str], dict[str, int]] = {
+    ("merge", "soft"): CONTRACT["merge"][1],
+    # lakeFS checks the merge's first parent: no read of the target before it, no verify after it.
+    ("merge", "hard"): {"commit": 1, "mergeIntoBranch": 1, "deleteBranch": 1},
+    ("noop", "soft"): CONTRACT["noop"][1],
+    ("noop", "hard"): CONTRACT["noop"][1],  # nothing to merge: the target is read as with the soft fence
+    ("fail_closed", "soft"): CONTRACT["fail_closed"][1],
+    # The merge is refused (412), then the target is read (a foreign commit: fail closed, evidence kept).
+    ("fail_closed", "hard"): {"commit": 2, "mergeIntoBranch": 1, "getCommit": 1},
+    # The merge is refused (409 or 412), then the target is read: an earlier try's publication, replaced.
+    ("replace_after_refusal", "hard"): {
+        "commit": 1,
+        "mergeIntoBranch": 1,
+        "getCommit": 2,
+        "hardResetBranch": 1,
+        "deleteBranch": 1,
+    },
+    ("replace", "soft"): CONTRACT["replace"][1],
+    ("replace", "hard"): CONTRACT["replace"][1],  # a hard reset is not fenced: read first, verify after
+    ("relocate", "soft"): CONTRACT["relocate"][1],
+    ("relocate", "hard"): CONTRACT["relocate"][1],
+    ("replace_by_merge", "soft"): {"commit": 1, "getCommit": 2, "mergeIntoBranch": 2, **_BY_MERGES},
+    ("replace_by_merge", "hard"): {"commit": 1, "mergeIntoBranch": 2, **_BY_MERGES},
+    # Nothing changed: "no changes" is checked against the staging branch's HEAD (one getCommit).
+    ("relocate_by_merge", "soft"): {"commit": 1, "getCommit": 3, "mergeIntoBranch": 1, **_BY_MERGES},
+    ("relocate_by_merge", "hard"): {"commit": 1, "getCommit": 1, "mergeIntoBranch": 1, **_BY_MERGES},
+    ("replace_protected", "soft"): {
+        "commit": 1,
+        "getCommit": 2,
+        "hardResetBranch": 1,
+        "mergeIntoBranch": 2,
+        **_BY_MERGES,
+    },
+    ("replace_protected", "hard"): {
+        "commit": 1,
+        "getCommit": 1,
+        "hardResetBranch": 1,
+        "mergeIntoBranch": 2,
+        **_BY_MERGES,
+    },
+    ("relocate_protected", "soft"): {
+        "commit": 1,
+        "getCommit": 3,
+        "hardResetBranch": 1,
+        "mergeIntoBranch": 1,
+        **_BY_MERGES,
+    },
+    ("relocate_protected", "hard"): {
+        "commit": 1,
+        "getCommit": 2,
+        "hardResetBranch": 1,
+        "mergeIntoBranch": 1,
+        **_BY_MERGES,
+    },
+}
+#: Target branches named so are protected (module-wide rule; no other test's branch matches).
+PROTECTED_PREFIX = "protected-"
+
 
 # -- fixtures ----------------------------------------------------------------------------------
 
@@ -103,6 +181,7 @@ class Backdoor:
         self.info = info
         self.store = info.server.store if info.is_local else None
         direct = info.server.url if info.server is not None else os.environ[ENDPOINT_ENV].removesuffix("/api/v1")
+        self.direct = direct
         self.client = lakefs.Client(host=direct, username=info.access_key_id, password=info.secret_access_key)
         self.repo = lakefs.Repository(REPOSITORY, client=self.client)
 
@@ -158,6 +237,37 @@ class Backdoor:
             return [name for name, _ in refs]
         return [b.id for b in self.repo.branches(prefix=prefix, show_hidden=True)]
 
+    def hard_reset(self, branch: str, ref: str) -> None:
+        """Point ``branch`` at ``ref`` (an unprotected branch)."""
+        if self.store is not None:
+            self.store.hard_reset(REPOSITORY, branch, ref)
+        else:
+            self.client.sdk_client.experimental_api.hard_reset_branch(REPOSITORY, branch, ref)
+
+    def install_hard_fence(self, branch: str) -> str:
+        """Install the hard fence on ``branch`` (the product's installer, on the uncounted port); its new head."""
+        adapter = LakeFSClient(self.direct, self.info.access_key_id, self.info.secret_access_key)
+        return install_hard_fence(adapter, REPOSITORY, branch).head
+
+    def protect(self, pattern: str, probe_branch: str, timeout: float = 60.0) -> None:
+        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``.
+
+        Real lakeFS caches the rules (about 10 s on v1.86): a harmless hard reset of the probe branch
+        onto its own head is retried until it is refused (403), as tests/hard_fence/helpers.py does.
+        """
+        api = self.client.sdk_client
+        api.repositories_api.set_branch_protection_rules(REPOSITORY, [BranchProtectionRule(pattern=pattern)])
+        head = self.get_commit(probe_branch).id
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                api.experimental_api.hard_reset_branch(REPOSITORY, probe_branch, head)
+            except ForbiddenException:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"branch protection on {pattern!r} not enforced after {timeout} s")
+            time.sleep(0.5)
+
 
 @pytest.fixture(scope="module")
 def server(lakefs_server: LakeFSServerInfo) -> Backdoor:
@@ -175,6 +285,30 @@ def history(server: Backdoor) -> dict[int, str]:
     for n in range(MAX_DEPTH - 2):
         server.commit("main", f"history {n}")
     return {depth: server.get_commit(f"main~{MAX_DEPTH - depth}").id for depth in (1, 100, 1000)}
+
+
+#: The history depths of the hard-fence table.
+HF_DEPTHS = (1, 1000)
+
+
+@pytest.fixture(scope="module")
+def fenced_history(server: Backdoor, history: dict[int, str]) -> dict[int, str]:
+    """Inputs that carry the hard fence: its installation merge on top of ``history[depth]``, per depth."""
+    inputs = {}
+    for depth in HF_DEPTHS:
+        branch = f"fenced-{depth}"
+        server.create_branch(branch, history[depth])
+        inputs[depth] = server.install_hard_fence(branch)
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def protected_targets(server: Backdoor, history: dict[int, str]) -> str:
+    """Protect every branch named ``protected-*`` in the module's repository; return the prefix."""
+    probe = f"{PROTECTED_PREFIX}probe"
+    server.create_branch(probe, history[1])
+    server.protect(f"{PROTECTED_PREFIX}*", probe)
+    return PROTECTED_PREFIX
 
 
 @pytest.fixture
@@ -292,10 +426,17 @@ class Scenario:
     objects: int = 1  # objects the job changes on each try (direct mode: staged on the staging branch)
     objects_on_retry: int | None = None  # objects on try >= 2, when different
     die_after_publishing: bool = False  # try 1 raises after verifying its publication (worker death)
+    die_on_tries: tuple[int, ...] = (1,)  # the tries that die so, with die_after_publishing
     leave_staging_behind: bool = False  # ...and its staging branch survives (a hard crash)
     foreign_commit_during_job: bool = False
     foreign_commit_before_run: bool = False
     mark_stale_after_stage: str | None = None  # "failed" or "clear": the UI acts on the running try
+    # The hard-fence DAGs (workspace mode, with objects=0): {try number: {path: text}} each try writes.
+    files_by_try: dict[int, dict[str, str]] = field(default_factory=dict)
+    protected: bool = False  # the target matches the module's branch protection rule
+    # Try 1's publication is taken off the target before try 2 starts and lands again during try 2's
+    # job: a zombie try 1 publishing late (set up through the backdoor: no counted call).
+    zombie_publishes_during_retry_job: bool = False
 
 
 @dataclass
@@ -320,8 +461,11 @@ def run_publish(
     scenario: Scenario,
     job: dict[str, Any] | None = None,
 ) -> Run:
-    """Run ``dag`` once on a fresh target branch at ``input_commit`` and measure every try."""
-    target = f"target-{uuid.uuid4().hex[:12]}"
+    """Run ``dag`` once on a fresh target branch at ``input_commit`` and measure every try.
+
+    Every try starts as in a fresh worker process: the hard-fence check's per-process memory is cleared.
+    """
+    target = f"{PROTECTED_PREFIX if scenario.protected else 'target-'}{uuid.uuid4().hex[:12]}"
     server.create_branch(target, input_commit)
     foreign: list[str] = []
     if scenario.foreign_commit_before_run:
@@ -350,6 +494,8 @@ def run_publish(
     def race(try_number: int) -> None:
         if scenario.foreign_commit_during_job:
             foreign.append(server.commit(target, "racer"))
+        if scenario.zombie_publishes_during_retry_job and try_number == 2:
+            server.hard_reset(target, published[0])
 
     def stale(try_number: int) -> None:
         if scenario.mark_stale_after_stage == "clear":
@@ -358,7 +504,7 @@ def run_publish(
             update_ti(dag.dag_id, "publish", state=scenario.mark_stale_after_stage)
 
     def die(try_number: int) -> None:
-        if scenario.die_after_publishing and try_number == 1:
+        if scenario.die_after_publishing and try_number in scenario.die_on_tries:
             published.append(server.get_commit(target).id)
             if scenario.leave_staging_behind:
                 # The dying worker never gets to delete its staging branch.
@@ -372,11 +518,21 @@ def run_publish(
     points("after_fence_2")
     points("after_verify", die)
     points("after_xcom")
-    dags.PROBE["try_start"] = lambda context: probe.mark("start", int(context["ti"].try_number))
+
+    def try_start(context: Any) -> None:
+        try_number = int(context["ti"].try_number)
+        forget_checks()  # a new worker process remembers no hard-fence check
+        if scenario.zombie_publishes_during_retry_job and try_number == 2:
+            server.hard_reset(target, input_commit)  # the zombie's publication has not landed yet
+        probe.mark("start", try_number)
+
+    dags.PROBE["try_start"] = try_start
 
     controls.reset_counts()
     api_calls.clear()
-    conf = {"repository": REPOSITORY, "target": target, "input_ref": input_commit, "job": job or {}}
+    conf: dict[str, Any] = {"repository": REPOSITORY, "target": target, "input_ref": input_commit, "job": job or {}}
+    if scenario.files_by_try:
+        conf["files_by_try"] = {str(n): files for n, files in scenario.files_by_try.items()}
     dag_run = run_dag(dag, conf)
     probe.mark("end", 0)
     return Run(
@@ -435,9 +591,7 @@ def test_merge(
 
 
 @pytest.mark.parametrize("depth", [1, 100, 1000])
-def test_noop(
-    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int
-) -> None:
+def test_noop(measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, depth: int) -> None:
     run = measure(dags.direct_dag, history[depth], Scenario(objects=0))
     assert run.dag_run.state == "success"
     assert run.xcom["decision"] == "noop" and run.xcom["output_ref"] == run.input_commit
@@ -591,3 +745,135 @@ def test_a_stale_answer_costs_at_most_two_api_calls(
     second = {k: v for k, v in (run.marks[-1].airflow - stage_mark.airflow).items() if k in FENCE_MESSAGES}
     assert sum(second.values()) == requests <= MAX_API_CALLS_PER_CHECK
     assert not {"mergeIntoBranch", "hardResetBranch"} & set(attempt.after)
+
+
+# -- the hard fence's table (docs/hard-fence.md) -----------------------------------------------
+
+
+def assert_hard_fence_row(attempt: Attempt, decision: str, fence: str, *, retry: bool, uploads: int) -> None:
+    """The lakeFS calls of ``attempt`` are exactly the hard-fence table's row (plus its uploads)."""
+    before = (HF_BEFORE_RETRY if retry else HF_BEFORE)[fence]
+    after = {**HARD_FENCE_CONTRACT[(decision, fence)], **({"uploadObject": uploads} if uploads else {})}
+    assert (attempt.before, attempt.after) == (before, after), (decision, fence)
+
+
+#: Try 1 publishes two files and dies, try 2 publishes one (a replacement) and dies, try 3 writes
+#: nothing (a relocation back to the input).
+CHAIN_FILES = {1: {"out/a.txt": "try 1", "out/only1.txt": "x"}, 2: {"out/a.txt": "try 2"}}
+#: (how replacements are made, fence, depth): hard at each depth; soft at one (its reads are depth-free).
+CHAIN_CASES = [
+    *[("hard_reset", "hard", d) for d in HF_DEPTHS],
+    *[("by_merge", fence, d) for fence, d in (("hard", 1), ("hard", 1000), ("soft", 1000))],
+    *[("protected", fence, d) for fence, d in (("hard", 1), ("hard", 1000), ("soft", 1000))],
+]
+
+
+@pytest.mark.hard_fence
+@pytest.mark.parametrize(("how", "fence", "depth"), CHAIN_CASES, ids=[f"{h}-{f}-depth{d}" for h, f, d in CHAIN_CASES])
+def test_hard_fence_table_merge_replace_relocate(
+    request: pytest.FixtureRequest,
+    measure: Callable[..., Run],
+    server: Backdoor,
+    history: dict[int, str],
+    fenced_history: dict[int, str],
+    dags: Any,
+    how: str,
+    fence: str,
+    depth: int,
+) -> None:
+    """One run, three tries: merge (the worker dies after publishing), replace (dies again), relocate.
+
+    By hard reset (an unprotected target), by merges (``replace_by_merge=True``), or on a protected
+    target (the refused hard reset, then merges).
+    """
+    if how == "protected":
+        request.getfixturevalue("protected_targets")
+    dag = {
+        ("hard_reset", "hard"): dags.hf_require_dag,
+        ("by_merge", "hard"): dags.hf_require_by_merge_dag,
+        ("by_merge", "soft"): dags.hf_off_by_merge_dag,
+        ("protected", "hard"): dags.hf_require_dag,
+        ("protected", "soft"): dags.hf_off_dag,
+    }[(how, fence)]
+    input_commit = (fenced_history if fence == "hard" else history)[depth]
+    scenario = Scenario(
+        objects=0,
+        die_after_publishing=True,
+        die_on_tries=(1, 2),
+        protected=how == "protected",
+        files_by_try=CHAIN_FILES,
+    )
+    run = measure(dag, input_commit, scenario)
+    assert run.dag_run.state == "success" and list(run.attempts) == [1, 2, 3]
+    # Outcomes: try 1's publication P1 (2 files), try 2's P2 (1 file), try 3 relocated to the input's tree.
+    p1, p2 = (server.get_commit(ref) for ref in run.published_before_death)
+    head = server.get_commit(run.target)
+    assert run.xcom["decision"] == "relocate" and run.xcom["output_ref"] == head.id
+    assert (server.count_objects(p1.id), server.count_objects(p2.id), server.count_objects(head.id)) == (2, 1, 0)
+    assert p1.parents[0] == input_commit and decode_metadata(p1.metadata).attempt.try_number == 1  # type: ignore[union-attr]
+    if how == "hard_reset":
+        assert p2.parents == [input_commit] and head.id == input_commit
+    else:  # a chain of links, each on the publication it replaced
+        assert p2.parents[0] == p1.id and is_chain_link(p2.metadata, p1.id)
+        assert head.parents[0] == p2.id and is_chain_link(head.metadata, p2.id)
+    if fence == "hard":  # every merge named the head it expected, and lakeFS checked it
+        assert p1.metadata[EXPECTED_HEAD_KEY] == input_commit
+    key = PublicationKey(run.dag_run.dag_id, run.dag_run.run_id, "publish", -1)
+    assert server.branches(staging_branch_prefix(key)) == []  # staging and temporary branches gone
+    # The calls of each try.
+    replace, relocate = {"hard_reset": ("replace", "relocate")}.get(how, (f"replace_{how}", f"relocate_{how}"))
+    assert_hard_fence_row(run.attempts[1], "merge", fence, retry=False, uploads=2)
+    assert_hard_fence_row(run.attempts[2], replace, fence, retry=True, uploads=1)
+    assert_hard_fence_row(run.attempts[3], relocate, fence, retry=True, uploads=0)
+
+
+@pytest.mark.hard_fence
+@pytest.mark.parametrize("depth", HF_DEPTHS)
+def test_hard_fence_table_noop(
+    measure: Callable[..., Run], server: Backdoor, fenced_history: dict[int, str], dags: Any, depth: int
+) -> None:
+    run = measure(dags.hf_require_dag, fenced_history[depth], Scenario(objects=0))
+    assert run.dag_run.state == "success" and list(run.attempts) == [1]
+    assert run.xcom["decision"] == "noop" and run.xcom["output_ref"] == run.input_commit
+    assert server.get_commit(run.target).id == run.input_commit
+    assert_hard_fence_row(run.attempts[1], "noop", "hard", retry=False, uploads=0)
+
+
+@pytest.mark.hard_fence
+@pytest.mark.parametrize("depth", HF_DEPTHS)
+def test_hard_fence_table_fail_closed(
+    measure: Callable[..., Run], server: Backdoor, fenced_history: dict[int, str], dags: Any, depth: int
+) -> None:
+    """A foreign commit lands during the job: lakeFS refuses the optimistic merge (412)."""
+    scenario = Scenario(objects=0, foreign_commit_during_job=True, files_by_try={1: {"out/a.txt": "a"}})
+    run = measure(dags.hf_require_once_dag, fenced_history[depth], scenario)
+    assert run.dag_run.state == "failed"
+    error = dags.FAILURES[("lf_cost_hf_require_once", 1)]
+    assert isinstance(error, HardFenceRaceError)
+    assert server.get_commit(run.target).id == run.foreign[0]
+    marker = server.get_commit(error.staging_branch)
+    assert marker.metadata["lakefence.evidence"] == "HardFenceRaceError"
+    assert server.get_commit(marker.parents[0]).parents == [run.input_commit]  # the staged commit, kept
+    assert_hard_fence_row(run.attempts[1], "fail_closed", "hard", retry=False, uploads=1)
+
+
+@pytest.mark.hard_fence
+@pytest.mark.parametrize("depth", HF_DEPTHS)
+def test_hard_fence_table_replace_after_the_refusal(
+    measure: Callable[..., Run], server: Backdoor, fenced_history: dict[int, str], dags: Any, depth: int
+) -> None:
+    """Try 1's publication lands during try 2's job (a zombie): try 2's optimistic merge is refused
+    (409: both wrote out/a.txt), the target is read, and try 1's publication is replaced."""
+    scenario = Scenario(
+        objects=0,
+        die_after_publishing=True,
+        zombie_publishes_during_retry_job=True,
+        files_by_try={1: {"out/a.txt": "try 1"}, 2: {"out/a.txt": "try 2"}},
+    )
+    run = measure(dags.hf_require_dag, fenced_history[depth], scenario)
+    assert run.dag_run.state == "success" and list(run.attempts) == [1, 2]
+    head = server.get_commit(run.target)
+    assert run.xcom["decision"] == "replace"
+    assert head.id == run.xcom["output_ref"] == run.xcom["staged_commit"] and head.parents == [run.input_commit]
+    assert run.published_before_death[0] in run.xcom["reason"]  # the zombie's publication, replaced
+    assert_hard_fence_row(run.attempts[2], "replace_after_refusal", "hard", retry=True, uploads=1)
