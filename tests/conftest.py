@@ -57,6 +57,47 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("lakefs_one_backend_markers", marker)
 
 
+#: A report's user property carrying a tier's measured figures (JSON); the rest of the name is the tier.
+TIER_FIGURES_PROPERTY = "tier figures: "
+#: The figures reports carried, by tier (filled in the process that prints the terminal summary).
+_TIER_FIGURES: dict[str, dict[str, Any]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the measured figures a report carries, from this process or from an xdist worker."""
+    for name, value in report.user_properties:
+        if name.startswith(TIER_FIGURES_PROPERTY):
+            _TIER_FIGURES.setdefault(name.removeprefix(TIER_FIGURES_PROPERTY), {}).update(json.loads(value))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each slow tier's measured figures (seconds, not asserted), when it ran."""
+    for tier, figures in _TIER_FIGURES.items():
+        terminalreporter.section(f"{tier}: measured (not asserted)")
+        for key, value in figures.items():
+            shown = round(value, 2) if isinstance(value, float) else value
+            terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (what ``tox -e py`` runs, two workers).
+
+    The slow tiers (Spark, the scheduler and Celery stacks) form one group: one worker runs them
+    one after the other, so two JVM-heavy stacks never compete for the two cores and Spark's Ivy
+    cache has one user. Every other module runs whole on one worker per backend, so its module
+    fixtures (a 1,000-commit history, test DAGs) are built once. Without xdist the marks are inert.
+    Tries first: xdist reads the marks in its own collection hook.
+    """
+    for item in items:
+        if any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
+            group = "slow-tiers"
+        else:
+            backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefs_backend", "none")
+            group = f"{item.module.__name__ if item.module else item.path.stem}-{backend}"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """Migrate the session's SQLite metadata DB once (a few seconds)."""

@@ -27,6 +27,7 @@ import pytest
 
 from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
+from tests.conftest import TIER_FIGURES_PROPERTY
 from tests.dags.celery_dags import TARGETS, pool_name
 
 KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"
@@ -42,26 +43,22 @@ STACK_SETTINGS = {
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 _FAILED = pytest.StashKey[bool]()
 
-#: Figures the scenarios measured, printed in the terminal summary (not asserted).
+#: Figures the scenarios measured (not asserted), printed in the terminal summary by tests/conftest.py.
 FIGURES: dict[str, Any] = {}
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-    """Keep each phase's report on the item, so a fixture can tell whether its test failed."""
+    """Keep each phase's report on the item, so a fixture can tell whether its test failed.
+
+    The figures measured so far ride on the report: tests/conftest.py prints them in the terminal
+    summary (under pytest-xdist the tier runs in a worker; only reports reach the main process).
+    """
     report = yield
     item.stash.setdefault(_REPORTS, {})[report.when] = report
+    if FIGURES:
+        report.user_properties.append((f"{TIER_FIGURES_PROPERTY}Celery tier", json.dumps(FIGURES)))
     return report
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The Celery tier's measured figures (seconds), when it ran."""
-    if not FIGURES:
-        return
-    terminalreporter.section("Celery tier: measured (not asserted)")
-    for key, value in FIGURES.items():
-        shown = round(value, 2) if isinstance(value, float) else value
-        terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
 
 
 def _unavailable(message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import TIER_FIGURES_PROPERTY
 from tests.dags.scheduler_dags import TARGETS, pool_name
 from tests.scheduler.harness import AirflowStack
 
@@ -31,6 +33,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Keep each phase's report on the item, so a fixture can tell whether its test failed."""
     report = yield
     item.stash.setdefault(_REPORTS, {})[report.when] = report
+    figures = getattr(item.module, "FIGURES", None)
+    if figures:  # printed by tests/conftest.py's terminal summary
+        report.user_properties.append((f"{TIER_FIGURES_PROPERTY}real-scheduler tier", json.dumps(figures)))
     return report
 
 
