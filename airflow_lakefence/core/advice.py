@@ -22,14 +22,32 @@ def _who(key: PublicationKey) -> str:
     return where + (f", map index {key.map_index})" if key.map_index >= 0 else ")")
 
 
-def fail_closed_message(head: HeadState, input_ref: str, attempt: AttemptId, target: str) -> str:
+def fail_closed_message(
+    head: HeadState,
+    input_ref: str,
+    attempt: AttemptId,
+    target: str,
+    *,
+    before_job: bool = True,
+    job_name: str = "job",
+    kept_in: str | None = None,
+) -> str:
     """Explain why publishing into ``target`` is refused, and what the user can do.
 
     :param head: the target's HEAD.
     :param input_ref: the (pinned) input commit of the attempt.
     :param attempt: this attempt.
     :param target: the target branch name.
+    :param before_job: refused before the job ran (the check before the job); ``False``: by the
+        publish fence, after the job ran.
+    :param job_name: how the message names the job (``before_job=False``).
+    :param kept_in: the staging branch keeping the job's output (``before_job=False``).
     """
+    if before_job:
+        outcome = "Nothing was run."
+    else:
+        kept = f", its output is kept in staging branch {kept_in!r}" if kept_in else ""
+        outcome = f"The {job_name} ran; nothing was published{kept}."
     record = decode_metadata(head.metadata)
     mine = attempt.key
     at = f"{target!r} is at {head.commit_id}"
@@ -40,7 +58,7 @@ def fail_closed_message(head: HeadState, input_ref: str, attempt: AttemptId, tar
             return (
                 f"{at}, a publication of another mapped instance of this task, {_who(key)}. Mapped instances of "
                 f"one task cannot publish into one target branch: each builds on the same input, so the second "
-                f"finds the first's publication where its input should be. Nothing was run. {WHAT_TO_DO} give "
+                f"finds the first's publication where its input should be. {outcome} {WHAT_TO_DO} give "
                 "each mapped instance its own target branch (for example one per map index) and merge them in a "
                 "downstream task; or write every partition from one unmapped task; or chain separate tasks, each "
                 "resolving its input after the previous one published (a 1-slot pool per target alone does not "

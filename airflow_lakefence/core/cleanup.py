@@ -8,23 +8,29 @@ evidence; never a live attempt's branch, never an evidence branch unless asked. 
 1. **Evidence**: the branch's HEAD carries the evidence marker (:data:`EVIDENCE_KEY`, written by the
    attempt when it keeps the branch) → keep, unless ``delete_evidence``; then the rules below.
 2. **A newer try exists**: another staging branch of the same publication key has a higher try
-   number → delete, unless the branch is *staged but unmarked* (rule 6 decides those).
+   number → delete, unless the branch *may be evidence* (rule 6 decides those).
 3. **Identify the attempt's task instance**: from the branch HEAD's ``stage`` record (when it
    belongs to this very branch: the name derived from the record must be the branch's name), else
    from the key hash in the name, matched against the keys of staged siblings and of the publishers
    the cleaner was told about.
 4. **Unidentified** (an unstaged branch of an unknown key): keep, unless ``max_age`` is set and the
    cleaner has seen the branch at the same HEAD for at least ``max_age`` (its own memory of earlier
-   runs). The HEAD commit's date says nothing about the branch's age: an unstaged branch points at
-   its input commit, which may be much older than the branch.
-5. **Ask Airflow** about the task instance: not found (its run was deleted) → delete; running,
-   deferred or up for reschedule → keep (it may be this attempt); a state this version does not
-   know → keep (treated as alive); success, failed, cleared, queued for a retry... → no try is
-   running, so this attempt is dead: go on.
-6. **Staged but unmarked** (HEAD is the attempt's own ``stage`` commit, no marker): a fail-closed
-   attempt whose marker commit could not be written looks exactly like this, so keep it unless the
-   task instance **succeeded** (the succeeding try spared and re-marked every earlier try's
-   recorded evidence) or ``delete_evidence``. An unstaged branch holds nothing of value → delete.
+   runs) and it may not be evidence (rule 6). The HEAD commit's date says nothing about the branch's
+   age: an unstaged branch points at its input commit, which may be much older than the branch.
+5. **Ask Airflow** about the task instance: running, deferred or up for reschedule → keep (it may be
+   this attempt); a state this version does not know → keep (treated as alive); not found (its run
+   was deleted), success, failed, cleared, queued for a retry... → no try is running, so this
+   attempt is dead: delete, unless rule 6 keeps it.
+6. **May be evidence**: a fail-closed attempt whose marker commit could not be written leaves a
+   branch that looks like a crash leftover: *staged but unmarked* (HEAD is the attempt's own
+   ``stage`` commit, no marker: refused at publish time) or *unstaged with uncommitted changes*
+   (refused before staging, ``OutputPrefixError``: its uploads were never committed; one diff call
+   with ``amount=1`` tells, asked only of an unstaged branch the rules would otherwise delete). Such
+   a branch is kept unless ``delete_evidence``, or its task instance **succeeded** and the evidence
+   list its last try reported (XCom ``evidence``: every branch the run recorded as evidence, marked
+   or not) does not name it: then it is a leftover (a kill after staging, a failed delete). An
+   unknown or unreadable list keeps it. An unstaged branch without uncommitted changes holds
+   nothing of value → delete.
 
 A merge-only replacement's temporary branch (the staging branch's name plus ``-mo``, left behind
 when the worker died mid-replacement) belongs to the same attempt and follows the same rules, except
@@ -35,7 +41,7 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,6 +198,8 @@ def plan_cleanup(
     now: float,
     max_age: float | None = None,
     delete_evidence: bool = False,
+    has_uncommitted: Callable[[StagingBranch], bool] | None = None,
+    run_evidence: Callable[[PublicationKey], Collection[str] | None] | None = None,
 ) -> list[CleanupDecision]:
     """Decide, for every staging branch, whether to delete it (the rules in the module docstring).
 
@@ -206,23 +214,55 @@ def plan_cleanup(
     :param max_age: seconds after which an unidentified branch, unchanged since first seen, is
         deleted; ``None`` never deletes unidentified branches.
     :param delete_evidence: also consider evidence branches for deletion.
+    :param has_uncommitted: whether an unstaged branch holds uncommitted changes (one lakeFS call),
+        asked only of an unstaged branch the rules would otherwise delete; ``None``: assumed so.
+    :param run_evidence: the branches a task instance's last try reported as the run's evidence
+        (XCom ``evidence``), ``None`` when unknown; asked at most once per key, only for a succeeded
+        task instance with a branch that may be evidence; ``None``: always unknown.
     :return: one decision per branch, in the order given.
     """
     newest: dict[str, int] = {}
     for branch in branches:
         newest[branch.info.key_hash] = max(newest.get(branch.info.key_hash, 0), branch.info.try_number)
+    dirty: dict[str, bool] = {}
+    reported: dict[PublicationKey, Collection[str] | None] = {}
+
+    def unstaged_with_changes(branch: StagingBranch) -> bool:
+        if branch.name not in dirty:
+            dirty[branch.name] = True if has_uncommitted is None else has_uncommitted(branch)
+        return dirty[branch.name]
+
+    def may_be_evidence(branch: StagingBranch) -> str | None:
+        """What makes the branch look like evidence whose marker could not be written, if anything."""
+        if delete_evidence or branch.temporary or branch.evidence is not None:
+            return None
+        if branch.record is not None:
+            return "staged but not marked"
+        return "unstaged with uncommitted changes, not marked" if unstaged_with_changes(branch) else None
+
+    def recorded_by_last_try(key: PublicationKey) -> Collection[str] | None:
+        if key not in reported:
+            reported[key] = None if run_evidence is None else run_evidence(key)
+        return reported[key]
 
     def decide(branch: StagingBranch) -> tuple[bool, str, PublicationKey | None]:
         key = branch.record.attempt.key if branch.record is not None else keys.get(branch.info.key_hash)
         if branch.evidence is not None and not delete_evidence:
             return False, f"kept as evidence of {branch.evidence}", key
-        staged_unmarked = branch.record is not None and branch.evidence is None and not delete_evidence
         newer = newest[branch.info.key_hash]
-        if newer > branch.info.try_number and not staged_unmarked:
+        if newer > branch.info.try_number and not may_be_evidence(branch):
             return True, f"try {newer} of the same task instance exists", key
         if key is None:
             seen = first_seen.get(branch.name)
             if max_age is not None and seen is not None and seen[0] == branch.head and now - seen[1] >= max_age:
+                looks = may_be_evidence(branch)
+                if looks:
+                    return (
+                        False,
+                        f"attempt unidentified, {looks}: it may be the evidence of a fail-closed try whose "
+                        "marker could not be written (pass its publisher; delete_evidence=True deletes it)",
+                        key,
+                    )
                 return (
                     True,
                     f"attempt unidentified and unchanged for {now - seen[1]:.0f}s (max_age {max_age:.0f}s)",
@@ -232,20 +272,38 @@ def plan_cleanup(
         if key not in states:
             return False, "its task instance's state was not looked up", key
         state = states[key]
-        if state is None:
-            return True, "its task instance no longer exists", key
         if state in LIVE_STATES:
             return False, f"its task instance is {state}: the attempt may be live", key
-        if state not in DEAD_STATES:
+        if state is not None and state not in DEAD_STATES:
             return False, f"its task instance is in state {state!r}, unknown here: treated as alive", key
-        if staged_unmarked and state != SUCCESS:
+        dead = "its task instance no longer exists" if state is None else f"its task instance is {state}"
+        looks = may_be_evidence(branch)
+        if not looks:
+            return True, dead if state is None else f"{dead}: no try of it is running", key
+        if state == SUCCESS:
+            recorded = recorded_by_last_try(key)
+            if recorded is not None and branch.name not in recorded:
+                return True, f"{looks}, but {dead} and its last try recorded no such evidence: a leftover", key
+            if recorded is not None:
+                return (
+                    False,
+                    f"{looks}, and {dead}, but its last try recorded it as evidence: a fail-closed try's branch "
+                    "whose marker could not be written (delete_evidence=True deletes it)",
+                    key,
+                )
             return (
                 False,
-                f"staged but not marked, and its task instance is {state}: it may be the evidence of a "
-                "fail-closed try whose marker could not be written (delete_evidence=True deletes it)",
+                f"{looks}, and {dead}, but the evidence its last try recorded (XCom evidence) is unknown: it "
+                "may be the evidence of a fail-closed try whose marker could not be written "
+                "(delete_evidence=True deletes it)",
                 key,
             )
-        return True, f"its task instance is {state}: no try of it is running", key
+        return (
+            False,
+            f"{looks}, and {dead}: it may be the evidence of a fail-closed try whose marker could not be "
+            "written (delete_evidence=True deletes it)",
+            key,
+        )
 
     decisions = []
     for branch in branches:

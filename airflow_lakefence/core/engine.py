@@ -32,7 +32,7 @@ from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
-from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
@@ -52,6 +52,7 @@ from airflow_lakefence.core.naming import (
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.run_state import (
     MemoryRunState,
+    RecordedEvidence,
     RunStatePort,
     pin_input,
     record_evidence,
@@ -327,6 +328,10 @@ class PublishEngine:
         self.clock = clock
         self.run_state: RunStatePort = run_state if run_state is not None else MemoryRunState()
         self._deleted: set[str] = set()
+        # The run's evidence branches as this try knows them ({branch: error class}), from the run
+        # state; ``None`` when it could not be read (then never reported: the cleaner would take a
+        # partial list for the whole).
+        self._evidence: dict[str, str] | None = {}
         # Whether lakeFS runs the hard fence on this attempt's merges (the input commit carries it),
         # and whether the staged commit still carries it unchanged (then the merge needs no verify).
         self._hard_fence = False
@@ -341,6 +346,7 @@ class PublishEngine:
         on_staging: Callable[[str], None] | None = None,
         report: Callable[[PublishResult], None] | None = None,
         on_supersedes: Callable[[Mapping[str, Any]], None] | None = None,
+        on_evidence: Callable[[Mapping[str, str]], None] | None = None,
     ) -> PublishResult:
         """Run the attempt (steps 1 to 12).
 
@@ -350,6 +356,10 @@ class PublishEngine:
             deleted (the adapter pushes XCom and emits events here).
         :param on_supersedes: told, before the job, the successful publication this attempt will
             replace (a deliberate clear), so monitoring does not call it abandoned.
+        :param on_evidence: told the run's evidence branches (``{branch: error class}``, marked or
+            not) by a try that keeps one (fail-closed) and by a try that succeeds, right before
+            ``report``: the cleaner keeps a branch whose marker could not be written when the
+            succeeding try names it here.
         :return: the outcome.
         :raises LakeFenceError: a subclass naming the failure; nothing half-published.
         """
@@ -380,7 +390,7 @@ class PublishEngine:
             self._delete_quietly(staging)
             raise PublishFenceError(
                 "before the job, nothing was run: "
-                + fail_closed_message(target_head, input_commit, attempt, req.target_branch)
+                + fail_closed_message(target_head, input_commit, attempt, req.target_branch, before_job=True)
             )
         supersedes = self._supersedes(target_head, early)
         if supersedes is not None and on_supersedes is not None:
@@ -451,7 +461,9 @@ class PublishEngine:
             failpoints.hit("after_fence_2")
             self._check_budget()  # step 9
             try:
-                decision, output_ref = self._publish(attempt, staging, input_commit, staged, target_head)  # 10, 11
+                decision, output_ref = self._publish(  # steps 10, 11
+                    attempt, staging, input_commit, staged, target_head, supersedes
+                )
             except PublishFenceError:
                 keep_staging = True
                 raise
@@ -468,6 +480,9 @@ class PublishEngine:
             else:
                 supersedes = None
             record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
+            if self._evidence is not None and on_evidence is not None:
+                # Earlier tries' evidence this try spared, marked or not (the cleaner's list).
+                on_evidence(dict(self._evidence))
             result = PublishResult(
                 output_ref=output_ref,
                 decision=decision.action.value,
@@ -486,7 +501,7 @@ class PublishEngine:
             return result
         except PublishFenceError as exc:
             if keep_staging:
-                self._keep_as_evidence(attempt, staging, input_commit, exc)
+                self._keep_as_evidence(attempt, staging, input_commit, exc, on_evidence)
             raise
         finally:
             if not keep_staging:
@@ -599,6 +614,13 @@ class PublishEngine:
         client, repo, prefix = self.lakefs, self.request.repository, self.request.staging_prefix
         try:
             recorded = recorded_evidence(self.run_state)
+        except LakeFenceError as exc:
+            # Without the evidence list no earlier branch is provably a leftover: leave them all.
+            self._evidence = None
+            self.log.warning("Could not read the run's evidence list: %s (earlier tries' branches left)", exc)
+            return
+        self._evidence = {name: entry.error for name, entry in recorded.items()}
+        try:
             branches = client.list_branches(repo, staging_branch_prefix(attempt.key, prefix), show_hidden=True)
         except LakeFenceError as exc:
             self.log.warning("Could not list earlier tries' staging branches: %s (the cleaner will)", exc)
@@ -613,15 +635,35 @@ class PublishEngine:
                     self.log.info("Keeping staging branch %s of an earlier try: evidence", name)
                     continue
                 if name in recorded:
-                    record = decode_metadata(head.metadata)
                     self.log.info("Keeping staging branch %s of an earlier try: evidence (re-marking it)", name)
-                    if record is not None:
-                        self._mark(record.attempt, name, record.input_ref, recorded[name])
+                    kept_by = self._kept_by(recorded[name], head, attempt.key)
+                    if kept_by is None:
+                        self.log.warning("Staging branch %s: which attempt kept it is unknown; left unmarked", name)
+                    elif not self._mark(kept_by[0], name, kept_by[1], recorded[name].error):
+                        self.log.warning("Could not re-mark staging branch %s as evidence; left unmarked", name)
                     continue
                 client.delete_branch(repo, name)
                 self.log.info("Removed staging branch %s of an earlier try", name)
             except LakeFenceError as exc:
                 self.log.warning("Could not clean up staging branch %s: %s (the cleaner will)", name, exc)
+
+    def _kept_by(self, entry: RecordedEvidence, head: CommitInfo, key: PublicationKey) -> tuple[AttemptId, str] | None:
+        """The attempt that kept an evidence branch, and its input commit.
+
+        From the run state's entry (it names the attempt, which the branch name must match), else
+        from the branch HEAD's record when that is the branch's own ``stage`` commit; never from any
+        other record on HEAD: a branch kept before staging still points at its input commit, which
+        may be another attempt's publication.
+        """
+        prefix = self.request.staging_prefix
+        record = decode_metadata(head.metadata)
+        own = record if record is not None and staging_branch_name(record.attempt, prefix) == entry.branch else None
+        attempt = entry.attempt(key)
+        if attempt is not None and staging_branch_name(attempt, prefix) == entry.branch:
+            input_ref = entry.input_ref or (own.input_ref if own is not None else None)
+            if input_ref:
+                return attempt, input_ref
+        return None if own is None else (own.attempt, own.input_ref)
 
     def _supersedes(self, head: HeadState, early: FenceDecision) -> dict[str, Any] | None:
         """The successful publication this attempt is about to replace, if HEAD is one.
@@ -804,7 +846,13 @@ class PublishEngine:
     # -- steps 10 and 11: publish fence, act, verify ----------------------------------------------
 
     def _publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, early_head: HeadState
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        early_head: HeadState,
+        supersedes: Mapping[str, Any] | None = None,
     ) -> tuple[FenceDecision, str]:
         changed = staged.id != input_commit
         metadata = {
@@ -814,8 +862,28 @@ class PublishEngine:
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             if decision.action is Action.FAIL_CLOSED:
+                # The job ran: only the publication is refused (its output stays as evidence).
+                message = fail_closed_message(
+                    head,
+                    input_commit,
+                    attempt,
+                    self.request.target_branch,
+                    before_job=False,
+                    job_name=self.job_name,
+                    kept_in=staging,
+                )
+                decision = dataclasses.replace(decision, reason=message)
+            elif (
+                decision.action in (Action.REPLACE, Action.RELOCATE)
+                and supersedes is not None
+                and supersedes["output_ref"] == head.commit_id
+            ):
+                # A successful try's publication, cleared on purpose: superseded, not abandoned.
+                nothing = " and this try changed nothing" if decision.action is Action.RELOCATE else ""
                 decision = dataclasses.replace(
-                    decision, reason=fail_closed_message(head, input_commit, attempt, self.request.target_branch)
+                    decision,
+                    reason=f"target HEAD {head.commit_id} is the superseded publication of try "
+                    f"{supersedes['try_number']} (it succeeded; the task instance was cleared){nothing}",
                 )
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
@@ -1015,17 +1083,34 @@ class PublishEngine:
 
     # -- evidence and clean-up --------------------------------------------------------------------
 
-    def _keep_as_evidence(self, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError) -> None:
-        """Record the kept branch in the run state first, then mark it on lakeFS.
+    def _keep_as_evidence(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        exc: PublishFenceError,
+        on_evidence: Callable[[Mapping[str, str]], None] | None,
+    ) -> None:
+        """Record the kept branch in the run state (with the attempt that kept it) and in XCom, then
+        mark it on lakeFS.
 
-        A later try finds it through either record and never deletes it; the cleaner keeps a staged
-        branch without a marker unless its task instance succeeded.
+        A later try finds it through either record and never deletes it (and re-marks it as this
+        attempt); the cleaner keeps a branch that may be unmarked evidence unless its task instance
+        succeeded without naming it.
         """
         error = type(exc).__name__
         try:
-            record_evidence(self.run_state, staging, error)
+            kept = record_evidence(self.run_state, staging, error, attempt, input_commit)
+            self._evidence = {name: entry.error for name, entry in kept.items()}
         except LakeFenceError as err:
             self.log.warning("Could not record staging branch %s as evidence in the run state: %s", staging, err)
+            if self._evidence is not None:
+                self._evidence[staging] = error
+        if self._evidence is not None and on_evidence is not None:
+            try:
+                on_evidence(dict(self._evidence))
+            except Exception as err:  # the fail-closed error is what this try reports
+                self.log.warning("Could not report the run's evidence branches: %s", err)
         if not self._mark(attempt, staging, input_commit, error):
             self.log.warning(
                 "Could not mark staging branch %s as evidence after %d tries; it is kept unmarked",

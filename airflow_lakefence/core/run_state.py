@@ -14,9 +14,11 @@ DAG run drops it). Three records:
   success, ``{"output_ref", "try_number", "decision"}``. A later try that finds the target's HEAD
   to be exactly that commit replaces a *successful* publication (a deliberate clear): it
   *supersedes* it, as opposed to replacing an abandoned one.
-* **the evidence list** (:data:`EVIDENCE_KEY`): ``[{"branch", "error"}]``, written before the
-  evidence marker commit on lakeFS, so a later try spares (and re-marks) a kept branch even when the
-  marker could not be written.
+* **the evidence list** (:data:`EVIDENCE_KEY`): ``[{"branch", "error", "try_number", "ti_id",
+  "input_ref"}]``, written before the evidence marker commit on lakeFS, so a later try spares a kept
+  branch even when the marker could not be written, and re-marks it as the attempt that kept it
+  (a branch kept before staging still points at its input commit, whose record, if any, is another
+  attempt's).
 
 Nothing here imports Airflow or lakeFS.
 """
@@ -24,7 +26,10 @@ Nothing here imports Airflow or lakeFS.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
 
 PIN_KEY = "lakefence.input_pin"
 PUBLISHED_KEY = "lakefence.published"
@@ -85,31 +90,87 @@ def record_publication(state: RunStatePort, output_ref: str, try_number: int, de
     state.set(PUBLISHED_KEY, {"output_ref": output_ref, "try_number": try_number, "decision": decision})
 
 
-def recorded_evidence(state: RunStatePort) -> dict[str, str]:
-    """Branches kept as evidence by tries of the run: ``{branch: error class}``.
+@dataclass(frozen=True)
+class RecordedEvidence:
+    """One entry of the run's evidence list.
+
+    :param branch: the staging branch kept.
+    :param error: the error class name.
+    :param try_number: the try number of the attempt that kept it (``None`` in an older entry).
+    :param ti_id: that attempt's task-instance id (``None`` in an older entry).
+    :param input_ref: that attempt's input commit (``None`` in an older entry).
+    """
+
+    branch: str
+    error: str
+    try_number: int | None = None
+    ti_id: str | None = None
+    input_ref: str | None = None
+
+    def attempt(self, key: PublicationKey) -> AttemptId | None:
+        """The attempt that kept the branch (every try of a run shares ``key``), if recorded.
+
+        :param key: the publication key of the run's task instance.
+        """
+        if self.try_number is None or self.ti_id is None:
+            return None
+        return AttemptId(key, self.try_number, self.ti_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        value: dict[str, Any] = {"branch": self.branch, "error": self.error}
+        if self.try_number is not None and self.ti_id is not None:
+            value.update(try_number=self.try_number, ti_id=self.ti_id)
+        if self.input_ref is not None:
+            value["input_ref"] = self.input_ref
+        return value
+
+
+def recorded_evidence(state: RunStatePort) -> dict[str, RecordedEvidence]:
+    """Branches kept as evidence by tries of the run: ``{branch: entry}``.
 
     :param state: the run state.
     """
     value = state.get(EVIDENCE_KEY)
     if not isinstance(value, list):
         return {}
-    return {
-        str(item["branch"]): str(item.get("error", ""))
-        for item in value
-        if isinstance(item, dict) and isinstance(item.get("branch"), str)
-    }
+    entries = {}
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("branch"), str):
+            continue
+        try_number, ti_id, input_ref = item.get("try_number"), item.get("ti_id"), item.get("input_ref")
+        entries[item["branch"]] = RecordedEvidence(
+            item["branch"],
+            str(item.get("error", "")),
+            try_number if isinstance(try_number, int) and not isinstance(try_number, bool) else None,
+            ti_id if isinstance(ti_id, str) else None,
+            input_ref if isinstance(input_ref, str) else None,
+        )
+    return entries
 
 
-def record_evidence(state: RunStatePort, branch: str, error: str) -> None:
+def record_evidence(
+    state: RunStatePort, branch: str, error: str, attempt: AttemptId | None = None, input_ref: str | None = None
+) -> dict[str, RecordedEvidence]:
     """Add a kept branch to the run's evidence list.
 
     :param state: the run state.
     :param branch: the staging branch kept.
     :param error: the error class name.
+    :param attempt: the attempt that kept it (so a later try can re-mark it as that attempt).
+    :param input_ref: that attempt's input commit.
+    :return: the evidence list as written.
     """
     kept = recorded_evidence(state)
-    kept[branch] = error
-    state.set(EVIDENCE_KEY, [{"branch": name, "error": err} for name, err in sorted(kept.items())])
+    kept[branch] = RecordedEvidence(
+        branch,
+        error,
+        None if attempt is None else attempt.try_number,
+        None if attempt is None else attempt.ti_id,
+        input_ref,
+    )
+    state.set(EVIDENCE_KEY, [entry.to_json() for _name, entry in sorted(kept.items())])
+    return kept
 
 
 class MemoryRunState:

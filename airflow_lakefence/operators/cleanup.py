@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
@@ -89,6 +89,14 @@ def _keys_of_answer(dag_id: str, task_ids: Sequence[str], answer: Any) -> dict[P
     return found
 
 
+def _evidence_names(value: Any) -> Collection[str] | None:
+    """The branch names of an ``evidence`` XCom (``{branch: error class}``); ``None`` when absent or
+    malformed (a try that did not report it: unknown, never "no evidence")."""
+    if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
+        return None
+    return frozenset(value)
+
+
 class LakeFSStagingCleanupOperator(BaseOperator):
     """Delete lakefence staging branches whose attempt is provably dead; keep live and evidence ones.
 
@@ -99,9 +107,11 @@ class LakeFSStagingCleanupOperator(BaseOperator):
     (success, failed, cleared, waiting for a retry...; a state it does not know counts as alive); or
     its task instance no longer exists; or (with ``max_age``) it could not be identified and this
     cleaner has seen it unchanged for ``max_age``. A branch kept as evidence is kept unless
-    ``delete_evidence``, and so is a staged branch without a marker unless its task instance
-    succeeded. A delete that fails is reported under ``kept`` and retried by the next run. The
-    rules are in docs/abandoned-publications.md.
+    ``delete_evidence``, and so is a branch that may be evidence whose marker could not be written
+    (staged without a marker, or unstaged with uncommitted changes) unless its task instance
+    succeeded and its last try did not record it as evidence (XCom ``evidence``). A delete that
+    fails is reported under ``kept`` and retried by the next run. The rules are in
+    docs/abandoned-publications.md.
 
     Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
     entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
@@ -111,8 +121,10 @@ class LakeFSStagingCleanupOperator(BaseOperator):
     :func:`memory_variable_key` names (shared by every cleaner of the same connection, repository
     and prefix, dry runs included); each run also pushes it as XCom ``first_seen``.
 
-    lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one delete per deleted branch.
-    Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch.
+    lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one uncommitted diff (``amount=1``)
+    per unstaged branch the rules would otherwise delete, one delete per deleted branch.
+    Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch, and
+    one XCom read (``evidence``) per succeeded task instance with a branch that may be evidence.
 
     :param repository: the lakeFS repository (templated).
     :param staging_branch_prefix: the publishers' ``staging_branch_prefix``.
@@ -215,6 +227,23 @@ class LakeFSStagingCleanupOperator(BaseOperator):
             )
             states.update((key, state_from_task_states(answer, key)) for key in dag_keys)
 
+        def has_uncommitted(branch: StagingBranch) -> bool:
+            # One page of one entry: "is anything uncommitted" costs one call whatever the branch holds.
+            try:
+                changes = client.diff_uncommitted(self.repository, branch.name, amount=1)
+                return next(iter(changes), None) is not None
+            except LakeFenceError as exc:
+                self.log.warning("could not read the uncommitted changes of %s (%s): kept", branch.name, exc)
+                return True
+
+        def run_evidence(key: PublicationKey) -> Collection[str] | None:
+            try:
+                value = airflow.evidence(key)
+            except Exception as exc:  # unknown: every branch that may be evidence is kept
+                self.log.warning("could not read the evidence XCom of %s (%s)", key, exc)
+                return None
+            return _evidence_names(value)
+
         max_age = None if self.max_age is None else self.max_age.total_seconds()
         decisions = plan_cleanup(
             branches,
@@ -224,6 +253,8 @@ class LakeFSStagingCleanupOperator(BaseOperator):
             now=now,
             max_age=max_age,
             delete_evidence=self.delete_evidence,
+            has_uncommitted=has_uncommitted,
+            run_evidence=run_evidence,
         )
         deleted: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []

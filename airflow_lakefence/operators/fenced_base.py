@@ -235,6 +235,8 @@ class FencedPublishOperatorBase(BaseOperator):
                 report=lambda outcome: self._report(context, outcome),
                 # Pushed before the job, so monitoring calls the replaced publication superseded.
                 on_supersedes=lambda value: context["ti"].xcom_push(key="supersedes", value=dict(value)),
+                # The run's evidence branches, marked or not: the cleaner never deletes one named here.
+                on_evidence=lambda value: context["ti"].xcom_push(key="evidence", value=dict(value)),
             )
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,

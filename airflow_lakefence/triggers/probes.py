@@ -33,6 +33,8 @@ from airflow_lakefence.lakefs_client import LakeFSClient
 OUTPUT_REF_KEY = "output_ref"
 #: The XCom key under which a try names the successful publication it replaces (a cleared success).
 SUPERSEDES_KEY = "supersedes"
+#: The XCom key under which a try reports the run's evidence branches (``{branch: error class}``).
+EVIDENCE_KEY = "evidence"
 
 
 class AirflowView(Protocol):
@@ -46,6 +48,9 @@ class AirflowView(Protocol):
 
     def supersedes(self, key: PublicationKey) -> Any:
         """The ``supersedes`` XCom of the task instance of ``key``, or ``None``."""
+
+    def evidence(self, key: PublicationKey) -> Any:
+        """The ``evidence`` XCom of the task instance of ``key`` (the cleaner), or ``None``."""
 
 
 class TaskSdkView:
@@ -75,6 +80,13 @@ class TaskSdkView:
         :param key: the publication key.
         """
         return self._xcom(SUPERSEDES_KEY, key)
+
+    def evidence(self, key: PublicationKey) -> Any:
+        """Read the ``evidence`` XCom of one task instance (one call).
+
+        :param key: the publication key.
+        """
+        return self._xcom(EVIDENCE_KEY, key)
 
     @staticmethod
     def _xcom(name: str, key: PublicationKey) -> Any:

@@ -58,3 +58,48 @@ def fenced_spark(task_id: str = "publish", *, job: str = WRITE_JOB, **kwargs: An
         "stale_grace_period": 0,
     }
     return FencedSparkPublishOperator(task_id=task_id, **{**defaults, **kwargs})
+
+
+#: (dag_id, map_index, try_number) -> the exception a failed try raised, retried tries included.
+TryFailures = dict[tuple[str, int, int], BaseException]
+
+
+def try_recording_dag(dag_id: str, failures: TryFailures, retries: int = 0) -> DAG:
+    """:func:`failure_recording_dag` for mapped tasks and retries: every failed try's exception, also
+    of a try that Airflow retries (``on_retry_callback``), in ``failures[(dag_id, map_index, try_number)]``
+    (map index ``-1`` for an unmapped task).
+    """
+
+    def record(context: Any) -> None:
+        ti = context["ti"]
+        map_index = -1 if ti.map_index is None else ti.map_index
+        failures[(ti.dag_id, map_index, ti.try_number)] = context["exception"]
+
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        render_template_as_native_obj=True,
+        default_args={
+            "retries": retries,
+            "retry_delay": timedelta(0),
+            "on_failure_callback": record,
+            "on_retry_callback": record,
+        },
+    )
+
+
+def fenced_spark_partial(task_id: str = "publish", *, job: str = WRITE_JOB, **kwargs: Any) -> Any:
+    """The fenced Spark task of :func:`fenced_spark` as a mapped task: its ``partial`` (without
+    ``application_args``, which the caller expands, one list per map index); ``kwargs`` override."""
+    defaults: dict[str, Any] = {
+        "conn_id": "spark_local",
+        "application": job,
+        "env_vars": {"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        "repository": "{{ dag_run.conf['repository'] }}",
+        "target_branch": "{{ dag_run.conf['target'] }}",
+        "input_ref": "{{ dag_run.conf['input_ref'] }}",
+        "stale_grace_period": 0,
+    }
+    return FencedSparkPublishOperator.partial(task_id=task_id, **{**defaults, **kwargs})

@@ -108,8 +108,9 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     # Issue 13: a staged branch without a marker of a failed task instance may be evidence whose
     # marker could not be written: it is kept.
     assert "staged but not marked" in kept[staged]["reason"] and kept[staged]["evidence"] is None
-    # One listing, one get_commit per distinct HEAD, one delete per dead branch.
-    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "deleteBranch": 1}
+    # One listing, one get_commit per distinct HEAD, one delete per dead branch, and (issue 13) one
+    # uncommitted diff (amount=1) per unstaged branch about to be deleted: does it hold anything?
+    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "diffBranch": 1, "deleteBranch": 1}
     assert sorted(staging_branches(repo)) == sorted([evidence.staging_branch, staged])
 
     again = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
@@ -119,6 +120,28 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     asked = xcoms(run_dag(cleaners.clean_evidence_dag, {"repository": repo.id}), "clean")["return_value"]
     assert set(by_branch(asked["deleted"])) == {evidence.staging_branch, staged}
     assert staging_branches(repo) == []
+
+
+@pytest.mark.issue13
+def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    # A direct-mode attempt died after its job: its output is uncommitted on the unstaged branch, as
+    # the uploads of a try that failed closed before staging and could not mark its branch.
+    leave_branch_at("after_job", lakefs_controls)
+    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    (left,) = staging_branches(repo)
+    assert repo.branch(left).get_commit().id == input_commit and list(repo.branch(left).uncommitted())
+    lakefs_controls.reset_counts()
+    result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 1, "diffBranch": 1}
+    assert result["deleted"] == [] and staging_branches(repo) == [left]
+    reason = by_branch(result["kept"])[left]["reason"]
+    assert "unstaged with uncommitted changes" in reason and "delete_evidence=True" in reason
+    asked = xcoms(run_dag(cleaners.clean_evidence_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert set(by_branch(asked["deleted"])) == {left} and staging_branches(repo) == []
 
 
 def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(

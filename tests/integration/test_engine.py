@@ -22,6 +22,7 @@ from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, Publ
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.core.run_state import MemoryRunState
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -38,8 +39,9 @@ from tests.fakes.memory_lakefs import LossyPort, MemoryLakeFS
 KEY = PublicationKey("dag", "run-1", "publish")
 
 
-def attempt(try_number: int = 1) -> AttemptId:
-    return AttemptId(KEY, try_number, f"ti-{try_number}")
+def attempt(try_number: int = 1, map_index: int = -1) -> AttemptId:
+    key = KEY if map_index == -1 else PublicationKey(KEY.dag_id, KEY.run_id, KEY.task_id, map_index)
+    return AttemptId(key, try_number, f"ti-{try_number}" if map_index == -1 else f"ti-{try_number}-{map_index}")
 
 
 @dataclass
@@ -156,11 +158,13 @@ class Run:
     input_ref: str | None = None
     allow_empty: bool = False
     read_only: bool = False
+    map_index: int = -1
+    run_state: MemoryRunState | None = None
     seen: list[AttemptLocations] = field(default_factory=list)
     reported: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.fence = StandInFence(attempt(self.try_number))
+        self.fence = StandInFence(attempt(self.try_number, self.map_index))
 
     def job(self, locations: AttemptLocations) -> None:
         self.seen.append(locations)
@@ -184,7 +188,7 @@ class Run:
             publish_budget=self.budget,
             deadline=self.deadline,
         )
-        return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0)
+        return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
 
     def __call__(self) -> Any:
         return self.engine().run(self.job, report=self.reported.append)
@@ -457,3 +461,69 @@ def test_the_attempt_is_logged_before_the_job_and_summed_up_after(world: World) 
     summary = result.summary()
     for fact in ("merge", result.output_ref, result.staged_commit, world.input, "40 files, 80 bytes"):
         assert str(fact) in summary
+
+
+@pytest.mark.parametrize("first_try", ["succeeded", "died"])
+def test_the_fence_log_tells_a_superseded_publication_from_an_abandoned_one(world: World, first_try: str) -> None:
+    state = MemoryRunState()  # the run state both tries share (Airflow's task_state_store)
+    if first_try == "died":
+        failpoints.arm("after_verify", crash)  # before the try records its publication
+        with pytest.raises(Crash):
+            Run(world, run_state=state, files={"out/try1.txt": "1"})()
+        failpoints.disarm_all()
+    else:
+        Run(world, run_state=state, files={"out/try1.txt": "1"})()
+    first = world.head().id
+    log = RecordingLog()
+    run = Run(world, try_number=2, run_state=state, files={"out/try2.txt": "2"})
+    engine = run.engine()
+    engine.log = log
+    result = engine.run(run.job)
+    assert result.decision == "replace" and world.head().id == result.output_ref != first
+    (line,) = [line for line in log.lines if line.startswith("Publish fence:")]
+    if first_try == "succeeded":
+        assert line == (
+            f"Publish fence: replace (target HEAD {first} is the superseded publication of try 1 (it succeeded; "
+            "the task instance was cleared))"
+        )
+        assert result.supersedes == {"output_ref": first, "try_number": 1}
+        assert result.reason.startswith(f"supersedes the successful publication {first} of try 1")
+    else:
+        assert line == f"Publish fence: replace (target HEAD {first} is an abandoned publication of try 1)"
+        assert result.supersedes is None
+
+
+def test_a_mapped_instance_refused_before_its_job_says_nothing_ran(world: World) -> None:
+    published = Run(world, map_index=0, files={"out/m0.txt": "0"})()
+    second = Run(world, map_index=1, files={"out/m1.txt": "1"})
+    with pytest.raises(PublishFenceError) as info:
+        second()
+    message = str(info.value)
+    assert message.startswith("before the job, nothing was run: ")
+    assert "another mapped instance of this task" in message and "map index 0" in message
+    assert "Nothing was run." in message and "What to do:" in message
+    assert second.seen == [] and info.value.staging_branch is None  # the job never ran, nothing kept
+    assert world.head().id == published.output_ref and world.branches() == []
+
+
+def test_a_mapped_instance_refused_at_publish_time_says_its_job_ran(world: World) -> None:
+    """Two mapped instances at once: both pass the check before the job, the second to publish is
+    refused by the publish fence, after its job ran."""
+    other = Run(world, map_index=1, files={"out/m1.txt": "1"})
+    run = Run(world, map_index=0, files={"out/m0.txt": "0"})
+    others: list[Any] = []
+
+    def job(locations: AttemptLocations) -> None:
+        others.append(other())  # map index 1 publishes while map index 0's job runs
+        run.job(locations)
+
+    with pytest.raises(PublishFenceError) as info:
+        run.engine().run(job)
+    message, kept = str(info.value), info.value.staging_branch
+    assert type(info.value) is PublishFenceError and kept is not None
+    assert "another mapped instance of this task" in message and "map index 1" in message
+    assert "nothing was run" not in message.lower() and "What to do:" in message
+    assert f"The job ran; nothing was published, its output is kept in staging branch {kept!r}." in message
+    assert len(run.seen) == 1 and others[0].decision == "merge"
+    assert world.head().id == others[0].output_ref  # map index 1's publication is untouched
+    assert world.branches() == [kept] and world.tree(kept)["out/m0.txt"] == "0"

@@ -6,17 +6,19 @@ successful try supersedes (not abandons) its publication; fail-closed messages s
 mapped instances into one target fail before their job.
 
 Real Airflow DB and ``dag.test()``, real HTTP to lakeFS through the SDK; the Spark engine is the
-fake spark-submit (JVM skipped). Faults use the ``lakefs_controls`` fixture API (local server,
-and the proxy on real lakeFS once it exists).
+fake spark-submit (JVM skipped). Faults use the ``lakefs_controls`` fixture API (the fault proxy in
+front of either lakeFS backend).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import lakefs
 import pytest
+import structlog.testing
 
 from airflow_lakefence import exceptions, failpoints
 from airflow_lakefence.core.abandoned import DETECT, Verdict, condition_met
@@ -32,11 +34,6 @@ from tests.integration.helpers import commit_files, read_text, run_dag, staging_
 pytestmark = [pytest.mark.issue13, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
 PREFIX = "tables/daily/"
-
-
-def issue13(reason: str) -> pytest.MarkDecorator:
-    """Expected to fail until the named part of issue 13 is fixed."""
-    return pytest.mark.xfail(strict=True, reason=f"issue 13: {reason}")
 
 
 @pytest.fixture
@@ -142,6 +139,9 @@ class DbView:
     def supersedes(self, key: PublicationKey) -> Any:
         return self.xcom(key, "supersedes")
 
+    def evidence(self, key: PublicationKey) -> Any:
+        return self.xcom(key, "evidence")
+
     def xcom(self, key: PublicationKey, name: str) -> Any:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
@@ -177,7 +177,6 @@ def test_three_reruns_leave_exactly_one_runs_files(dags: Any, seeded: tuple[lake
 
 def test_upsert_option_keeps_earlier_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
-    assert dags.upsert_dag is not None, "FencedSparkPublishOperator has no output_mode='upsert'"
     for n in range(2):
         dr = run_dag(
             dags.upsert_dag, conf(repo, "main", {"files": {f"{PREFIX}part-{n}.txt": str(n)}}, output_prefixes=[PREFIX])
@@ -260,6 +259,61 @@ def test_lost_staging_commit_answer_still_publishes(
     assert values["staged_commit"] != input_commit
 
 
+LOST_AFTER = 3.0  # the client's read timeout (s) in the late-landing test: an answer held longer is lost
+
+
+@pytest.fixture
+def short_read_timeout(lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lakeFS connection with a short read timeout (extra ``timeout``)."""
+    conn = {**lakefs_conn, "extra": json.dumps({"timeout": [5, LOST_AFTER]})}
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_DEFAULT", json.dumps(conn))
+
+
+def test_lost_staging_commit_landing_after_the_reread_is_found_by_its_record(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, short_read_timeout: None
+) -> None:
+    """Round 1's staging commit is held by the proxy past the client's read timeout (its answer is
+    lost); the engine re-reads the staging branch (nothing there yet) and commits again; round 1's
+    request reaches lakeFS just before round 2's, which lakeFS answers "no changes". The staged
+    commit is round 1's, found by its record on the branch's HEAD: no empty commit on top."""
+    repo, input_commit = seeded
+    round_2_sent, round_1_landed = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def hold_round_1(_call: Any) -> None:  # the proxy's thread; the client gives up meanwhile
+        assert round_2_sent.wait(60), "round 2 never came"
+        order.append("round 1 sent on")
+
+    def round_1_done(call: Any) -> None:
+        order.append(f"round 1 landed: {call.status}")
+        round_1_landed.set()
+
+    def hold_round_2(_call: Any) -> None:
+        order.append("round 2 sent")
+        round_2_sent.set()
+        assert round_1_landed.wait(60), "round 1 never landed"
+
+    lakefs_controls.add_fault("commit", nth=1, when="before", hook=hold_round_1)
+    lakefs_controls.add_fault("commit", nth=1, when="after", hook=round_1_done)
+    lakefs_controls.add_fault("commit", nth=2, when="before", hook=hold_round_2)
+    lakefs_controls.reset_counts()
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success", failure(dags, dags.workspace_dag)
+    assert lakefs_controls.faults() == []
+    assert order == ["round 2 sent", "round 1 sent on", "round 1 landed: 201"]
+    assert lakefs_controls.counts()["commit"] == 2  # no third (empty) commit
+    values = xcoms(dr, "publish")
+    staged = repo.commit(values["staged_commit"]).get_commit()
+    assert staged.parents == [input_commit]  # round 1's commit itself
+    record = decode_metadata(staged.metadata)
+    assert record is not None and record.role == "stage" and record.attempt.try_number == 1
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "merge" and values["output_ref"] == head.id
+    assert head.parents == [input_commit, staged.id]
+    assert read_text(repo, "main", "out/a.txt") == "A"
+    assert staging_branches(repo) == []
+
+
 def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     dr = run_dag(dags.direct_commit_dag, conf(repo, input_commit, {"files": {"out/committed.txt": "C"}}))
@@ -333,21 +387,22 @@ def _assert_kept_as_evidence(repo: lakefs.Repository, branch: str, error: str) -
 
 
 def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
-    dags: Any, seeded: tuple[lakefs.Repository, str]
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    commit_files(repo, "main", {"other.txt": "x"}, "someone else")
+    foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
+    lakefs_controls.reset_counts()
     dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
-    assert isinstance(error, PublishFenceError)
-    named = xcoms(dr, "publish").get("staging_branch")
-    kept = staging_branches(repo)
-    if named is None:
-        assert kept == [] and error.staging_branch is None
-    else:
-        assert kept == [named] == [error.staging_branch]
-        _assert_kept_as_evidence(repo, named, type(error).__name__)
+    # The target's HEAD rules out every publication before the job: the try fails there, runs nothing,
+    # deletes its (empty) staging branch and names none in XCom (nothing to link to, nothing kept).
+    assert type(error) is PublishFenceError and str(error).startswith("before the job, nothing was run: ")
+    assert error.staging_branch is None
+    assert "staging_branch" not in xcoms(dr, "publish")
+    assert staging_branches(repo) == []
+    assert lakefs_controls.counts().get("uploadObject", 0) == 0  # the job never ran: nothing uploaded
+    assert repo.branch("main").get_commit().id == foreign
 
 
 def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
@@ -437,30 +492,200 @@ def test_evidence_marker_commit_is_retried(
     _assert_kept_as_evidence(repo, error.staging_branch, "PublishFenceError")
 
 
+def _refuse_merges_and_markers(lakefs_controls: Any, merges: int, markers: int) -> None:
+    """The first ``merges`` merges are refused (400: each try fails closed at publish time and keeps
+    its staging branch); commit 1 is try 1's stage commit, the next ``markers`` commits fail (503):
+    try 1's three marker tries, then try 2's three re-marking tries."""
+    for nth in range(1, merges + 1):
+        lakefs_controls.add_fault("mergeIntoBranch", nth=nth, status=400)
+    for nth in range(2, 2 + markers):
+        lakefs_controls.add_fault("commit", nth=nth, status=503)
+
+
+def _assert_unmarked_stage_of_try_1(repo: lakefs.Repository, branch: str, input_commit: str) -> None:
+    head = repo.branch(branch).get_commit()
+    assert "lakefence.evidence" not in head.metadata
+    record = decode_metadata(head.metadata)
+    assert record is not None and record.role == "stage" and record.attempt.try_number == 1
+    assert head.parents == [input_commit]
+
+
 def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    raced: list[str] = []
-
-    def racer_once() -> None:
-        if not raced:
-            raced.append(commit_files(repo, "main", {"other.txt": "x"}, "racer"))
-            for nth in range(2, 8):  # after the stage commit: every marker attempt of try 1 fails
-                lakefs_controls.add_fault("commit", nth=nth, status=503)
-
-    failpoints.arm("after_job", racer_once)
+    # Try 1 fails closed and cannot mark its branch (recorded in the run state only); try 2 reaches
+    # the clean-up of earlier tries, cannot re-mark it either, and fails closed too.
+    _refuse_merges_and_markers(lakefs_controls, merges=2, markers=6)
+    lakefs_controls.reset_counts()
     dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed" and ti_state(dr, "publish") == ("failed", 2)
+    first = failure(dags, dags.workspace_retry_dag, 1)
+    second = failure(dags, dags.workspace_retry_dag, 2)
+    assert type(first) is PublishFenceError and type(second) is PublishFenceError, (first, second)
+    assert first.staging_branch and second.staging_branch and first.staging_branch != second.staging_branch
+    # Every fault fired: try 2 listed the earlier tries' branches and tried to re-mark try 1's.
+    assert lakefs_controls.faults() == []
+    assert lakefs_controls.counts()["listBranches"] == 1
+    recorded = {item["branch"] for item in task_state(dr)["lakefence.evidence"]}
+    assert recorded == {first.staging_branch, second.staging_branch}
+    # Try 1's branch survived try 2's clean-up, unmarked, with what try 1 staged.
+    _assert_unmarked_stage_of_try_1(repo, first.staging_branch, input_commit)
+    assert read_text(repo, first.staging_branch, "out/a.txt") == "A"
+    _assert_kept_as_evidence(repo, second.staging_branch, "PublishFenceError")
+    assert repo.branch("main").get_commit().id == input_commit
+    # The cleaner keeps a staged, unmarked branch of a task instance that did not succeed.
+    cleaned = run_dag(dags.clean_dag, {"repository": repo.id})
+    assert cleaned.state == "success"
+    assert sorted(staging_branches(repo)) == sorted([first.staging_branch, second.staging_branch])
+    _assert_unmarked_stage_of_try_1(repo, first.staging_branch, input_commit)
+
+
+def test_a_retry_re_marks_evidence_recorded_only_in_the_run_state(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    # Try 1 fails closed and cannot mark its branch; try 2 spares it, re-marks it, and publishes.
+    _refuse_merges_and_markers(lakefs_controls, merges=1, markers=3)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
+    assert ti_state(dr, "publish") == ("success", 2)
+    assert lakefs_controls.faults() == []
+    first = failure(dags, dags.workspace_retry_dag, 1)
+    assert type(first) is PublishFenceError and first.staging_branch
+    assert [item["branch"] for item in task_state(dr)["lakefence.evidence"]] == [first.staging_branch]
+    # The marker commit try 2 wrote: on top of try 1's stage commit, naming try 1 and its error.
+    marker = repo.branch(first.staging_branch).get_commit()
+    assert marker.metadata.get("lakefence.evidence") == "PublishFenceError"
+    marked = decode_metadata(marker.metadata)
+    assert marked is not None and marked.attempt.try_number == 1 and marked.input_ref == input_commit
+    (stage_commit,) = marker.parents
+    _assert_unmarked_stage_of_try_1(repo, stage_commit, input_commit)
+    # Try 2 published its own staged commit; try 1's branch is the only one left, and the cleaner
+    # keeps it (marked evidence), although the task instance succeeded.
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "merge" and values["output_ref"] == head.id
+    assert head.parents == [input_commit, values["staged_commit"]]
+    assert staging_branches(repo) == [first.staging_branch]
+    assert run_dag(dags.clean_dag, {"repository": repo.id}).state == "success"
+    assert staging_branches(repo) == [first.staging_branch]
+
+
+#: Try 1 writes outside output_prefixes (OutputPrefixError after its uploads, before any commit);
+#: every later try writes inside only.
+_OUTSIDE_ON_TRY_1 = {"files": {f"{PREFIX}ok.txt": "1"}, "first_try_files": {"elsewhere/bad.txt": "2"}}
+
+
+def _fail_commits(lakefs_controls: Any, first: int, count: int) -> None:
+    """Commits ``first`` .. ``first + count - 1`` (from now on) fail with 503."""
+    for nth in range(first, first + count):
+        lakefs_controls.add_fault("commit", nth=nth, status=503)
+
+
+def _clean(dags: Any, repo: lakefs.Repository) -> dict[str, dict[str, Any]]:
+    """Run the cleaner DAG; return its ``kept`` entries by branch."""
+    cleaned = run_dag(dags.clean_dag, {"repository": repo.id})
+    assert cleaned.state == "success"
+    return {entry["branch"]: entry for entry in xcoms(cleaned, "clean")["return_value"]["kept"]}
+
+
+@pytest.mark.parametrize("input_kind", ["plain_commit", "publication"])
+def test_a_retry_re_marks_unstaged_evidence_as_the_attempt_that_kept_it(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, input_kind: str
+) -> None:
+    repo, input_commit = seeded
+    if input_kind == "publication":
+        # The input is itself a publication (of another DAG's try): the record on the kept branch's
+        # HEAD (the input) is that try's, not the record of the attempt that kept the branch.
+        assert run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"in/p.txt": "p"}})).state == "success"
+        input_commit = repo.branch("main").get_commit().id
+        assert decode_metadata(repo.ref(input_commit).get_commit().metadata) is not None
+    # Try 1 uploads, fails closed before staging (OutputPrefixError) and cannot mark its branch: it is
+    # kept with HEAD still at the input and the uploads uncommitted. Try 2 re-marks it and publishes.
+    _fail_commits(lakefs_controls, 1, 3)
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, _OUTSIDE_ON_TRY_1, output_prefixes=[PREFIX]))
+    assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
+    assert lakefs_controls.faults() == []
+    first = failure(dags, dags.workspace_retry_dag, 1)
+    assert isinstance(first, exceptions.OutputPrefixError) and first.staging_branch
+    kept = first.staging_branch
+    # The marker names the attempt that kept the branch (from the run state's record, not from HEAD).
+    marker = repo.branch(kept).get_commit()
+    assert marker.metadata.get("lakefence.evidence") == "OutputPrefixError"
+    marked = decode_metadata(marker.metadata)
+    assert marked is not None and marked.role == "stage" and marked.input_ref == input_commit
+    assert marked.attempt.try_number == 1 and staging_branch_name(marked.attempt) == kept
+    assert marker.parents == [input_commit]
+    assert read_text(repo, kept, "elsewhere/bad.txt") == "2"  # what try 1 uploaded, committed by the marker
+    assert list(repo.branch(kept).uncommitted()) == []
+    # The cleaner keeps it (marked evidence), although the task instance succeeded.
+    assert staging_branches(repo) == [kept]
+    assert _clean(dags, repo)[kept]["evidence"] == "OutputPrefixError"
+    assert staging_branches(repo) == [kept]
+    # XCom names the evidence the run kept.
+    assert xcoms(dr, "publish")["evidence"] == {kept: "OutputPrefixError"}
+
+
+@pytest.mark.parametrize("when", ["at_publish", "before_staging"])
+def test_evidence_no_try_could_mark_is_kept_by_the_cleaner_after_a_retry_succeeded(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, when: str
+) -> None:
+    repo, input_commit = seeded
+    if when == "at_publish":
+        # Try 1 stages, is refused at publish time (400) and cannot mark its staged branch.
+        _refuse_merges_and_markers(lakefs_controls, merges=1, markers=6)
+        job, prefixes, path, text = {"files": {"out/a.txt": "A"}}, None, "out/a.txt", "A"
+    else:
+        # Try 1 fails closed before staging (its uploads stay uncommitted) and cannot mark its branch.
+        _fail_commits(lakefs_controls, 1, 6)
+        job, prefixes, path, text = _OUTSIDE_ON_TRY_1, [PREFIX], "elsewhere/bad.txt", "2"
+    # Try 2 cannot re-mark it either (three more 503s), then publishes: the task instance succeeds.
+    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, job, output_prefixes=prefixes))
+    assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
+    assert ti_state(dr, "publish") == ("success", 2)
+    assert lakefs_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
     assert isinstance(first, PublishFenceError) and first.staging_branch
-    lakefs_controls.clear_faults()
-    assert dr.state == "failed"  # try 2 fails closed too (the racer's commit is still there)
-    assert first.staging_branch in staging_branches(repo)
-    run_dag(dags.clean_dag, {"repository": repo.id})
-    assert first.staging_branch in staging_branches(repo)
+    kept, error = first.staging_branch, type(first).__name__
+    assert "lakefence.evidence" not in repo.branch(kept).get_commit().metadata
+    # The cleaner never deletes it: its last try named it as the run's evidence, unmarked.
+    assert staging_branches(repo) == [kept]
+    entry = _clean(dags, repo)[kept]
+    assert entry["evidence"] is None and "could not be written" in entry["reason"], entry
+    assert staging_branches(repo) == [kept]
+    assert read_text(repo, kept, path) == text
+    assert xcoms(dr, "publish")["evidence"] == {kept: error}
+
+
+def test_unstaged_evidence_no_try_could_mark_is_kept_by_the_cleaner(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    # No retry: try 1 fails closed before staging and cannot mark its branch; the task instance fails.
+    _fail_commits(lakefs_controls, 1, 3)
+    job = {"files": {f"{PREFIX}ok.txt": "1", "elsewhere/bad.txt": "2"}}
+    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, job, output_prefixes=[PREFIX]))
+    assert dr.state == "failed" and lakefs_controls.faults() == []
+    error = failure(dags, dags.workspace_dag)
+    assert isinstance(error, exceptions.OutputPrefixError) and error.staging_branch
+    kept = error.staging_branch
+    assert repo.branch(kept).get_commit().id == input_commit  # unstaged, unmarked
+    assert xcoms(dr, "publish")["staging_branch"] == kept
+    # Its task instance is dead and the branch is unstaged, but it holds uncommitted changes: kept.
+    entry = _clean(dags, repo)[kept]
+    assert entry["evidence"] is None and "uncommitted" in entry["reason"], entry
+    assert staging_branches(repo) == [kept]
+    assert read_text(repo, kept, "elsewhere/bad.txt") == "2"
+    assert xcoms(dr, "publish")["evidence"] == {kept: "OutputPrefixError"}
 
 
 # -- 5. superseded is not abandoned -----------------------------------------------------------------
+
+
+def _fence_lines(logs: list[dict[str, Any]]) -> list[str]:
+    """The publish fence's log lines among captured task log events."""
+    return [str(e["event"]) for e in logs if str(e.get("event", "")).startswith("Publish fence:")]
 
 
 def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lakefs.Repository, str]) -> None:
@@ -470,7 +695,8 @@ def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lak
     first = repo.branch("main").get_commit().id
     during: list[Any] = []
     failpoints.arm("after_stage", lambda: during.append(judge_head(repo)))
-    dr = clear_and_rerun(dags.assets_dag, dr)
+    with structlog.testing.capture_logs() as logs:  # the task log (Airflow's task logger is structlog)
+        dr = clear_and_rerun(dags.assets_dag, dr)
     assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)
     values = xcoms(dr, "publish")
     head = repo.branch("main").get_commit()
@@ -478,6 +704,10 @@ def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lak
     assert values["input_ref"] == input_commit
     assert values["supersedes"] == {"output_ref": first, "try_number": 1}
     assert "supersede" in values["reason"]
+    assert _fence_lines(logs) == [
+        f"Publish fence: replace (target HEAD {first} is the superseded publication of try 1 (it succeeded; "
+        "the task instance was cleared))"
+    ]
     # While try 2 ran, the monitoring judgement called HEAD superseded, and raised no alert.
     assert during and during[0].verdict == Verdict("superseded")
     assert not condition_met(DETECT, during[0])
@@ -491,8 +721,11 @@ def test_really_abandoned_publication_still_alerts(dags: Any, seeded: tuple[lake
     during: list[Any] = []
     _die_once_after_publishing(seen, repo)
     failpoints.arm("after_stage", lambda: during.append(judge_head(repo)) if seen else None)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    with structlog.testing.capture_logs() as logs:
+        dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
+    replaced = f"Publish fence: replace (target HEAD {seen[0]} is an abandoned publication of try 1)"
+    assert _fence_lines(logs)[-1] == replaced
     assert during and during[0].verdict is Verdict.ABANDONED and during[0].replacement_running
     assert condition_met(DETECT, during[0])
     assert "supersedes" not in xcoms(dr, "publish")

@@ -523,6 +523,10 @@ class RegistryView:
         """The ``supersedes`` XCom a try pushes when it replaces a successful publication."""
         return self.registry.visible_xcoms().get("supersedes")
 
+    def evidence(self, key: PublicationKey) -> Any:
+        """The ``evidence`` XCom (the run's evidence branches) a try pushes when it keeps or succeeds."""
+        return self.registry.visible_xcoms().get("evidence")
+
 
 def judge_head(lake: Lake, repository: str, registry: AttemptRegistry, branch: str = TARGET) -> Any:
     """What ``AbandonedPublicationSensor`` would report about ``branch``'s HEAD (its probe, one poke)."""

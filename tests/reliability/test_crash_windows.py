@@ -215,10 +215,11 @@ def test_crash_without_retry_the_cleaner_removes_the_dead_branch(
     judged = judge_head(lake, crash.repo.id, crash.registry)
     assert judged.verdict == ("abandoned" if window.published else "not_a_publication")
     report = run_cleaner(lake, crash.repo.id, crash.registry)
-    if window.staged:
-        # Staged but never marked, and its task instance did not succeed: it may be the evidence of a
-        # fail-closed try whose marker could not be written, so the cleaner keeps it until told
-        # (delete_evidence=True; docs/abandoned-publications.md, issue 13).
+    if window.staged or window.uncommitted:
+        # Staged but never marked (or unstaged holding uncommitted uploads), and its task instance did
+        # not succeed: it may be the evidence of a fail-closed try whose marker could not be written,
+        # so the cleaner keeps it until told (delete_evidence=True; docs/abandoned-publications.md,
+        # issue 13).
         assert report["deleted"] == []
         assert [entry["branch"] for entry in report["kept"]] == [dead]
         assert leftover_staging(crash.repo, crash.key) == [dead]

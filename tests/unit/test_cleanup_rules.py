@@ -46,8 +46,25 @@ def unstaged(try_number: int = 1, key: PublicationKey = KEY) -> StagingBranch:
     return branch
 
 
+def clean(_branch: StagingBranch) -> bool:
+    """``has_uncommitted`` of branches without uncommitted changes."""
+    return False
+
+
+def no_evidence(_key: PublicationKey) -> tuple[str, ...]:
+    """``run_evidence`` of task instances whose last try recorded no evidence."""
+    return ()
+
+
 def plan(branches: list[StagingBranch], **kwargs: object) -> dict[str, tuple[bool, str]]:
-    options: dict[str, object] = {"keys": known_keys(branches), "states": {}, "first_seen": {}, "now": 1000.0}
+    options: dict[str, object] = {
+        "keys": known_keys(branches),
+        "states": {},
+        "first_seen": {},
+        "now": 1000.0,
+        "has_uncommitted": clean,
+        "run_evidence": no_evidence,
+    }
     options.update(kwargs)
     return {d.branch: (d.delete, d.reason) for d in plan_cleanup(branches, **options)}  # type: ignore[arg-type]
 
@@ -83,8 +100,9 @@ def test_identified_branch_follows_the_task_instance_state(state: str | None, is
     branch = staged() if is_staged else unstaged()
     decisions = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: state})
     delete, reason = decisions[branch.name]
-    # A staged, unmarked branch may be evidence whose marker failed: only a success proves it is not.
-    assert delete == (state not in LIVE_STATES and (not is_staged or state in ("success", None))), reason
+    # A staged, unmarked branch may be evidence whose marker failed: only a success whose last try
+    # recorded no such evidence proves it is not (issue 13: not even a task instance that is gone).
+    assert delete == (state not in LIVE_STATES and (not is_staged or state == "success")), reason
     if state is None:
         assert "no longer exists" in reason
 
@@ -101,7 +119,7 @@ def test_a_newer_try_kills_the_older_unstaged_whatever_the_state() -> None:
     for state in ("running", "none", "success", None):
         decisions = plan([old, new], states={KEY: state})
         assert decisions[old.name] == (True, "try 2 of the same task instance exists")
-        assert decisions[new.name][0] == (state in ("success", None))
+        assert decisions[new.name][0] == (state == "success")
 
 
 def test_a_newer_try_never_kills_an_older_staged_unmarked_branch_unless_success() -> None:
@@ -164,7 +182,9 @@ def test_a_key_not_looked_up_is_kept() -> None:
 
 def test_remember_keeps_the_first_sighting_of_an_unchanged_head() -> None:
     kept, gone = unstaged(1), staged(1, OTHER)
-    decisions = plan_cleanup([kept, gone], keys={}, states={OTHER: "success"}, first_seen={}, now=10.0)
+    decisions = plan_cleanup(
+        [kept, gone], keys={}, states={OTHER: "success"}, first_seen={}, now=10.0, run_evidence=no_evidence
+    )
     assert [d.delete for d in decisions] == [False, True]
     memory = remember([kept, gone], decisions, {kept.name: (INPUT, 3.0), gone.name: ("c1", 1.0)}, 10.0)
     assert memory == {kept.name: (INPUT, 3.0)}
@@ -172,7 +192,9 @@ def test_remember_keeps_the_first_sighting_of_an_unchanged_head() -> None:
 
 
 def test_decision_to_dict() -> None:
-    (decision,) = plan_cleanup([staged()], keys={}, states={KEY: "success"}, first_seen={}, now=0.0)
+    (decision,) = plan_cleanup(
+        [staged()], keys={}, states={KEY: "success"}, first_seen={}, now=0.0, run_evidence=no_evidence
+    )
     data = decision.to_dict()
     assert data["dag_id"] == "dag" and data["run_id"] == "run1" and data["try_number"] == 1
     assert data["evidence"] is None and data["head"] == "c1" and "success" in data["reason"]
@@ -206,7 +228,7 @@ def test_a_temporary_branch_follows_its_attempt_and_is_never_evidence(state: str
     delete, reason = decisions[temp.name]
     assert delete == (state not in LIVE_STATES), reason
     assert reason.startswith("merge-only temporary branch: ")
-    assert decisions[sibling.name][0] == (state in ("success", None))
+    assert decisions[sibling.name][0] == (state == "success")
 
 
 def test_an_unidentified_temporary_branch_waits_for_max_age() -> None:
@@ -216,3 +238,98 @@ def test_an_unidentified_temporary_branch_waits_for_max_age() -> None:
     delete, _ = plan([temp], first_seen={temp.name: ("r1", 0.0)}, max_age=10.0)[temp.name]
     assert delete
     assert plan([temp], keys={key_hash(KEY): KEY}, states={KEY: "running"})[temp.name][0] is False
+
+
+# -- issue 13: a branch that could not be marked is never deleted ----------------------------------
+
+DEAD = sorted(PENDING_STATES | FAILED_STATES)
+
+
+@pytest.mark.parametrize("state", [*DEAD, "success", None])
+@pytest.mark.parametrize("delete_evidence", [False, True])
+def test_an_unstaged_branch_holding_uncommitted_changes_may_be_evidence(
+    state: str | None, delete_evidence: bool
+) -> None:
+    # An OutputPrefixError keeps the branch before anything is committed: its marker is the only
+    # commit it would get. Unmarked, it holds the uploads uncommitted, which a crash leftover
+    # without output does not.
+    branch = unstaged()
+    keys = {key_hash(KEY): KEY}
+    delete, reason = plan(
+        [branch], keys=keys, states={KEY: state}, has_uncommitted=lambda _b: True, delete_evidence=delete_evidence
+    )[branch.name]
+    # A success whose last try did not record it as evidence proves it is not (a crash leftover).
+    assert delete == (delete_evidence or state == "success"), reason
+    if not delete:
+        assert "uncommitted changes" in reason and "delete_evidence=True" in reason
+    # Without uncommitted changes it holds nothing: deleted once its attempt is dead.
+    assert plan([branch], keys=keys, states={KEY: state})[branch.name][0] is True
+
+
+def test_uncommitted_changes_are_asked_only_of_unstaged_branches_about_to_be_deleted() -> None:
+    asked: list[str] = []
+
+    def dirty(branch: StagingBranch) -> bool:
+        asked.append(branch.name)
+        return True
+
+    branches = [unstaged(1), staged(2), staged(3, evidence="PublishFenceError"), unstaged(1, OTHER)]
+    keys = {key_hash(KEY): KEY, key_hash(OTHER): OTHER}
+    # A live task instance: rule 2 asks about the older unstaged branch (is it only a leftover?).
+    plan(branches, keys=keys, states={KEY: "running", OTHER: "running"}, has_uncommitted=dirty)
+    assert asked == [branches[0].name]
+    asked.clear()
+    # A dead one: asked once per unstaged branch, never of a staged or a marked one.
+    decisions = plan(branches, keys=keys, states={KEY: "failed", OTHER: "failed"}, has_uncommitted=dirty)
+    assert sorted(asked) == sorted([branches[0].name, branches[3].name])
+    assert [decisions[b.name][0] for b in branches] == [False, False, False, False]
+
+
+def test_a_newer_try_never_kills_an_older_unstaged_branch_holding_uncommitted_changes() -> None:
+    old, new = unstaged(1), staged(2)
+    for state, deleted in (("running", False), ("up_for_retry", False), ("failed", False), ("success", True)):
+        delete, reason = plan([old, new], states={KEY: state}, has_uncommitted=lambda b: b is old)[old.name]
+        assert delete == deleted, reason
+
+
+@pytest.mark.parametrize("is_staged", [True, False])
+def test_after_a_success_only_the_evidence_its_last_try_recorded_is_kept(is_staged: bool) -> None:
+    # The succeeding try read the run's evidence list and reported it (XCom ``evidence``): a branch
+    # it names may be unmarked evidence (its re-marking failed); any other possible evidence of a
+    # succeeded task instance is a leftover (a kill after staging, a failed delete).
+    named, other = (staged(1), staged(2)) if is_staged else (unstaged(1), unstaged(2))
+    asked: list[PublicationKey] = []
+
+    def recorded(key: PublicationKey) -> list[str]:
+        asked.append(key)
+        return [named.name]
+
+    decisions = plan(
+        [named, other], states={KEY: "success"}, keys={key_hash(KEY): KEY}, has_uncommitted=lambda _b: True,
+        run_evidence=recorded,
+    )  # fmt: skip
+    assert decisions[named.name][0] is False and "could not be written" in decisions[named.name][1]
+    assert decisions[other.name][0] is True
+    assert asked == [KEY]  # once per task instance
+    # The evidence list could not be read (or a try of an older provider reported none): kept.
+    unknown = plan(
+        [named, other], states={KEY: "success"}, keys={key_hash(KEY): KEY}, has_uncommitted=lambda _b: True,
+        run_evidence=lambda _k: None,
+    )  # fmt: skip
+    assert not unknown[named.name][0] and not unknown[other.name][0]
+
+
+def test_unidentified_branch_holding_uncommitted_changes_outlives_max_age() -> None:
+    branch = unstaged()
+    options = {"keys": {}, "first_seen": {branch.name: (INPUT, 0.0)}, "max_age": 60.0}
+    assert plan([branch], **options)[branch.name][0] is True
+    delete, reason = plan([branch], has_uncommitted=lambda _b: True, **options)[branch.name]
+    assert not delete and "uncommitted changes" in reason
+
+
+def test_the_defaults_keep_what_they_cannot_check() -> None:
+    # Without the lakeFS and Airflow answers, an unstaged branch may hold changes and a success may
+    # have recorded evidence: nothing that might be evidence is deleted.
+    old, new = unstaged(1), staged(2)
+    decisions = plan_cleanup([old, new], keys={}, states={KEY: "success"}, first_seen={}, now=0.0)
+    assert [d.delete for d in decisions] == [False, False]
