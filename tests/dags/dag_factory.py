@@ -34,30 +34,39 @@ def failure_recording_dag(dag_id: str, failures: Failures, retries: int = 0) -> 
         ti = context["ti"]
         failures[(ti.dag_id, ti.try_number)] = context["exception"]
 
+    return _manual_dag(dag_id, retries, on_failure_callback=record)
+
+
+def _manual_dag(dag_id: str, retries: int, **callbacks: Any) -> DAG:
+    """A manual DAG with native rendering, no retry delay and the given default callbacks."""
     return DAG(
         dag_id,
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         render_template_as_native_obj=True,
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": record},
+        default_args={"retries": retries, "retry_delay": timedelta(0), **callbacks},
     )
 
 
 def fenced_spark(task_id: str = "publish", *, job: str = WRITE_JOB, **kwargs: Any) -> FencedSparkPublishOperator:
     """The fenced Spark task of the test DAGs, configured from ``dag_run.conf``; ``kwargs`` override."""
-    defaults: dict[str, Any] = {
+    # A prefix keeps native rendering from parsing the spec.
+    defaults = {**_fenced_defaults(job), "application_args": ["spec={{ dag_run.conf.get('job', {}) | tojson }}"]}
+    return FencedSparkPublishOperator(task_id=task_id, **{**defaults, **kwargs})
+
+
+def _fenced_defaults(job: str) -> dict[str, Any]:
+    """The arguments every fenced test task shares (the job's spec excepted)."""
+    return {
         "conn_id": "spark_local",
         "application": job,
-        # A prefix keeps native rendering from parsing the spec.
-        "application_args": ["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
         "env_vars": {"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
         "repository": "{{ dag_run.conf['repository'] }}",
         "target_branch": "{{ dag_run.conf['target'] }}",
         "input_ref": "{{ dag_run.conf['input_ref'] }}",
         "stale_grace_period": 0,
     }
-    return FencedSparkPublishOperator(task_id=task_id, **{**defaults, **kwargs})
 
 
 #: (dag_id, map_index, try_number) -> the exception a failed try raised, retried tries included.
@@ -75,31 +84,10 @@ def try_recording_dag(dag_id: str, failures: TryFailures, retries: int = 0) -> D
         map_index = -1 if ti.map_index is None else ti.map_index
         failures[(ti.dag_id, map_index, ti.try_number)] = context["exception"]
 
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        render_template_as_native_obj=True,
-        default_args={
-            "retries": retries,
-            "retry_delay": timedelta(0),
-            "on_failure_callback": record,
-            "on_retry_callback": record,
-        },
-    )
+    return _manual_dag(dag_id, retries, on_failure_callback=record, on_retry_callback=record)
 
 
 def fenced_spark_partial(task_id: str = "publish", *, job: str = WRITE_JOB, **kwargs: Any) -> Any:
     """The fenced Spark task of :func:`fenced_spark` as a mapped task: its ``partial`` (without
     ``application_args``, which the caller expands, one list per map index); ``kwargs`` override."""
-    defaults: dict[str, Any] = {
-        "conn_id": "spark_local",
-        "application": job,
-        "env_vars": {"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
-        "repository": "{{ dag_run.conf['repository'] }}",
-        "target_branch": "{{ dag_run.conf['target'] }}",
-        "input_ref": "{{ dag_run.conf['input_ref'] }}",
-        "stale_grace_period": 0,
-    }
-    return FencedSparkPublishOperator.partial(task_id=task_id, **{**defaults, **kwargs})
+    return FencedSparkPublishOperator.partial(task_id=task_id, **{**_fenced_defaults(job), **kwargs})
