@@ -479,7 +479,13 @@ class PublishEngine:
                 )
             else:
                 supersedes = None
-            record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
+            try:
+                record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
+            except LakeFenceError:
+                # Cleared between the check above and this write (the server archived the task-instance
+                # id, so the store refuses it): staleness, as at the pin, not a failure of the store.
+                self._check_fence("before reporting", staging)
+                raise
             if self._evidence is not None and on_evidence is not None:
                 # Earlier tries' evidence this try spared, marked or not (the cleaner's list).
                 on_evidence(dict(self._evidence))

@@ -22,7 +22,7 @@ from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, Publ
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.core.run_state import MemoryRunState
+from airflow_lakefence.core.run_state import PUBLISHED_KEY, MemoryRunState
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -311,6 +311,36 @@ def test_a_run_state_failure_of_a_cleared_try_is_staleness(world: World, stale: 
     # Cleared: StaleAttemptError (nothing ran); still current: the store's own failure, fail closed.
     assert isinstance(info.value, StaleAttemptError) is stale
     assert run.seen == [] and world.head().id == world.input and world.branches() == []
+
+
+class ClearedAtReport(MemoryRunState):
+    """A run state whose try is cleared right after its last fence check: the server archives the
+    task-instance id, so writing the reported publication fails (race sweep seed 52, hard fence)."""
+
+    def __init__(self, run: Run, clear: bool) -> None:
+        super().__init__()
+        self.run, self.clear = run, clear
+
+    def set(self, key: str, value: Any) -> None:
+        if key == PUBLISHED_KEY:
+            if self.clear:
+                self.run.fence.reason = "cleared"
+            raise LakeFenceError(f"could not write {key!r} to task_state_store: TaskInstanceNotFound")
+        super().set(key, value)
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_a_try_cleared_after_publishing_whose_report_is_refused_is_stale(world: World, stale: bool) -> None:
+    run = Run(world)
+    engine = run.engine()
+    engine.run_state = ClearedAtReport(run, clear=stale)
+    with pytest.raises(LakeFenceError) as info:
+        engine.run(run.job, report=run.reported.append)
+    # Cleared: a StaleAttemptError (its publication is the next try's to replace); still current:
+    # the store's own failure. Either way nothing is reported.
+    assert isinstance(info.value, StaleAttemptError) is stale, info.value
+    assert run.reported == []
+    assert list(world.head().parents[:1]) == [world.input]  # published, once: the next try replaces it
 
 
 def test_a_lost_staging_branch_creation_that_landed_is_recognised(world: World) -> None:
