@@ -373,15 +373,10 @@ class PublishEngine:
         staging = staging_branch_name(attempt, req.staging_prefix)
         # The input is resolved once per run (creating the staging branch resolves it): every later
         # try of the run uses the same commit.
-        try:
+        with self._stale_if_cleared("before the job", staging):
             input_commit, pinned = pin_input(
                 self.run_state, req.input_ref, lambda ref: self._create_staging(staging, ref)
             )
-        except LakeFenceError:
-            # A try cleared meanwhile loses its run state (the server archived its task-instance
-            # id): that is staleness, reported as such, not a failure of the store.
-            self._check_fence("before the job", staging)
-            raise
         if pinned:
             self._create_staging(staging, input_commit)
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
@@ -479,13 +474,8 @@ class PublishEngine:
                 )
             else:
                 supersedes = None
-            try:
+            with self._stale_if_cleared("before reporting", staging):  # cleared since the check above
                 record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
-            except LakeFenceError:
-                # Cleared between the check above and this write (the server archived the task-instance
-                # id, so the store refuses it): staleness, as at the pin, not a failure of the store.
-                self._check_fence("before reporting", staging)
-                raise
             if self._evidence is not None and on_evidence is not None:
                 # Earlier tries' evidence this try spared, marked or not (the cleaner's list).
                 on_evidence(dict(self._evidence))
@@ -766,6 +756,20 @@ class PublishEngine:
         try:
             yield
         except (JobError, LakeFSNotFoundError):
+            self._check_fence(where, staging)
+            raise
+
+    @contextmanager
+    def _stale_if_cleared(self, where: str, staging: str) -> Iterator[None]:
+        """Run-state calls of a try that may have been cleared meanwhile.
+
+        A cleared try loses its run state (the server archived its task-instance id, so the store
+        refuses it): a failure is then staleness, raised as :class:`StaleAttemptError`, not a failure
+        of the store.
+        """
+        try:
+            yield
+        except LakeFenceError:
             self._check_fence(where, staging)
             raise
 

@@ -33,6 +33,7 @@ from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
 from airflow_lakefence.run_state import TaskStateStoreRunState
+from airflow_lakefence.triggers.probes import EVIDENCE_KEY, SUPERSEDES_KEY
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (
@@ -234,9 +235,9 @@ class FencedPublishOperatorBase(BaseOperator):
                 on_staging=on_staging,
                 report=lambda outcome: self._report(context, outcome),
                 # Pushed before the job, so monitoring calls the replaced publication superseded.
-                on_supersedes=lambda value: context["ti"].xcom_push(key="supersedes", value=dict(value)),
+                on_supersedes=lambda value: context["ti"].xcom_push(key=SUPERSEDES_KEY, value=dict(value)),
                 # The run's evidence branches, marked or not: the cleaner never deletes one named here.
-                on_evidence=lambda value: context["ti"].xcom_push(key="evidence", value=dict(value)),
+                on_evidence=lambda value: context["ti"].xcom_push(key=EVIDENCE_KEY, value=dict(value)),
             )
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,
