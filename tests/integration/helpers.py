@@ -62,3 +62,27 @@ def update_ti(dag_id: str, task_id: str, *, state: str | None = None, clear: boo
             clear_task_instances([ti], session)
         else:
             ti.state = state
+
+
+def only(lines: list[str], text: str) -> int:
+    """The index of the one line holding ``text``."""
+    (index,) = [i for i, line in enumerate(lines) if text in line]
+    return index
+
+
+def attempt_and_summary(
+    lines: list[str], input_commit: str, values: dict[str, Any], summary_facts: tuple[str, ...]
+) -> tuple[int, int]:
+    """The indexes of a first try's attempt line and merge summary line in its task log, each checked
+    for what it must say (the attempt: input commit, staging branch, target HEAD)."""
+    attempt = only(lines, "lakefence attempt: try 1 ")
+    for fact in (
+        f"commit {input_commit}",
+        f"staging branch {values['staging_branch']}",
+        f"target main at {input_commit}",
+    ):
+        assert fact in lines[attempt], lines[attempt]
+    summary = only(lines, "lakefence merge: output ref ")
+    for fact in summary_facts:
+        assert fact in lines[summary], lines[summary]
+    return attempt, summary

@@ -17,7 +17,7 @@ import pytest
 
 from airflow_lakefence.core.metadata import decode_metadata
 from tests.conftest import REPO, load_dag_module
-from tests.integration.helpers import staging_branches, xcoms
+from tests.integration.helpers import attempt_and_summary, only, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -39,12 +39,6 @@ def test_dagbag_imports_examples_cleanly() -> None:
     task = bag.get_dag("lakefence_example_daily_counts").get_task("daily_counts")
     assert task.max_active_tis_per_dag == 1
     assert task.pool == "lakefs_example-repo_main"
-
-
-def only(lines: list[str], text: str) -> int:
-    """The index of the one line holding ``text``."""
-    (index,) = [i for i, line in enumerate(lines) if text in line]
-    return index
 
 
 #: The loggers of the fenced task's lines: the operator's and the Spark provider's hook's.
@@ -101,17 +95,10 @@ def test_example_dag_publishes_with_real_pyspark(
     spark_info = [line for line in task_log if SPARK_INFO.search(line)]
     # Measured: 294 such lines (281 Spark INFO) without the default, 17 (3: the pattern does match) with it.
     assert 0 < len(spark_info) <= 5 and len(task_log) < 40, (len(task_log), spark_info)
-    attempt = only(task_log, "lakefence attempt: try 1 ")
-    for fact in (
-        f"commit {input_commit}",
-        f"staging branch {values['staging_branch']}",
-        f"target main at {input_commit}",
-    ):
-        assert fact in task_log[attempt]
-    summary = only(task_log, "lakefence merge: output ref ")
+    attempt, summary = attempt_and_summary(
+        task_log, input_commit, values, (head.id, values["staged_commit"], "1 files")
+    )
     assert attempt < submit < only(task_log, f"wrote 7 days from input commit {input_commit}") < summary
-    for fact in (head.id, values["staged_commit"], "1 files"):
-        assert fact in task_log[summary]
     assert f"lakeFS commit: {values['_link_LakeFSCommitLink']}" in task_log[summary + 1]
 
     # The publication emitted one asset event naming the exact commit, which queues the consumer DAG.

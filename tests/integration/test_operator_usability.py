@@ -18,7 +18,7 @@ from airflow_lakefence.core.engine import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.operators import FencedSparkPublishOperator
 from tests.conftest import load_dag_module
-from tests.integration.helpers import xcoms
+from tests.integration.helpers import attempt_and_summary, only, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -104,12 +104,6 @@ def test_the_providers_openlineage_conf_injection_still_reaches_the_job(
     assert any(arg.startswith("spark.lakefence.stagingBranch=") for arg in argv)
 
 
-def only(lines: list[str], text: str) -> int:
-    """The index of the one line holding ``text``."""
-    (index,) = [i for i, line in enumerate(lines) if text in line]
-    return index
-
-
 @pytest.mark.parametrize("ui_base_url", [None, "https://lakefs.example.com/ui/"])
 def test_the_task_log_tells_the_attempt_before_the_job_and_sums_it_up_after(
     dags: Any,
@@ -132,17 +126,9 @@ def test_the_task_log_tells_the_attempt_before_the_job_and_sums_it_up_after(
     head = repo.branch("main").get_commit()
     assert values["decision"] == "merge" and values["output_ref"] == head.id
 
-    attempt = only(lines, "lakefence attempt: try 1 ")
-    for fact in (
-        f"commit {input_commit}",
-        f"staging branch {values['staging_branch']}",
-        f"target main at {input_commit}",
-    ):
-        assert fact in lines[attempt]
-    summary = only(lines, "lakefence merge: output ref ")
+    summary_facts = (head.id, values["staged_commit"], f"input {input_commit}", "2 files, 3 bytes uploaded")
+    attempt, summary = attempt_and_summary(lines, input_commit, values, summary_facts)
     assert attempt < only(lines, "Spark-Submit cmd:") < only(lines, "JOB-DONE workspace 2") < summary
-    for fact in (head.id, values["staged_commit"], f"input {input_commit}", "2 files, 3 bytes uploaded"):
-        assert fact in lines[summary]
     # The link under the connection's UI base URL when it has one, else under its endpoint.
     base = (ui_base_url or lakefs_conn["host"]).rstrip("/").removesuffix("/api/v1")
     assert only(lines, "lakeFS commit: ") == summary + 1
