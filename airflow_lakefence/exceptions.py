@@ -1,30 +1,73 @@
-"""The package's exception tree.
+"""The package's exception tree: every class the package raises is defined here.
 
 Every failure the package raises derives from :class:`LakeFenceError`, so a DAG author can catch
-one root. lakeFS SDK and HTTP errors are translated into :class:`LakeFSError` subclasses at the
-adapter boundary (:mod:`airflow_lakefence.lakefs_client`); no SDK exception leaks past it.
+one root. lakeFS SDK and HTTP errors are translated into :class:`LakeFSError` subclasses once, at
+the adapter boundary (:mod:`airflow_lakefence.lakefs_errors`); no SDK exception, and no sorting of
+lakeFS's messages by their text, leaks past it.
 
 Messages never contain credentials: they name the repository, branch, ref and operation only.
+
+The hierarchy::
+
+    LakeFenceError
+    ├── InvalidInputError (ValueError)           bad arguments; raised before any lakeFS write
+    │   ├── InputRefError                        input unknown, not a commit, or not on the target
+    │   ├── HardFenceMissingError                hard_fence="require" but the input lacks it
+    │   └── S3AConfigError                       the S3A set-up cannot work
+    ├── WorkspaceError                           the job's workspace is missing or rejected
+    ├── JobError                                 the attempt's job failed; nothing staged
+    │   └── SparkJobError
+    ├── JobEnvironmentError (RuntimeError)       the job's environment lacks what the operator passes
+    ├── StaleAttemptError                        no longer the current try; nothing more written
+    ├── PublishFenceError                        failed closed; the staging branch kept as evidence
+    │   ├── OutputPrefixError                    changed paths outside output_prefixes
+    │   ├── PublishRaceError                     another writer raced the publish
+    │   │   └── HardFenceRaceError               lakeFS's hard fence refused the merge
+    │   └── MergeHookRejectedError               a user's pre-merge hook refused the merge
+    ├── PublishBudgetError                       too little time left to start publishing
+    ├── HardFenceInstallError                    the hard fence could not be installed
+    ├── RealLakeFSError                          real lakeFS could not be built or started (tests)
+    │   └── GoToolchainMissingError
+    └── LakeFSError                              a lakeFS call failed (status, operation)
+        ├── LakeFSBadRequestError                400
+        │   ├── LakeFSNoChangesError             400 "no changes" (commit, merge)
+        │   └── LakeFSDirtyBranchError           400 uncommitted changes refuse the operation
+        ├── LakeFSAuthError                      401, 403
+        ├── LakeFSBranchProtectedError           403 on a protected branch
+        ├── LakeFSNotFoundError                  404
+        │   └── LakeFSRepositoryNotFoundError    404 naming the repository
+        ├── LakeFSConflictError                  409
+        ├── LakeFSPreconditionFailedError        412
+        │   └── LakeFSHookRejectedError          412 from a pre-merge hook
+        │       └── LakeFSHardFenceRejectedError the hard fence's hook
+        └── LakeFSUnavailableError               5xx, 429: a write's outcome is unknown
+            └── LakeFSConnectionError            no response at all
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "GoToolchainMissingError",
+    "HardFenceInstallError",
     "HardFenceMissingError",
     "HardFenceRaceError",
     "InputRefError",
     "InvalidInputError",
+    "JobEnvironmentError",
     "JobError",
     "LakeFSAuthError",
     "LakeFSBadRequestError",
     "LakeFSBranchProtectedError",
     "LakeFSConflictError",
     "LakeFSConnectionError",
+    "LakeFSDirtyBranchError",
     "LakeFSError",
     "LakeFSHardFenceRejectedError",
     "LakeFSHookRejectedError",
+    "LakeFSNoChangesError",
     "LakeFSNotFoundError",
     "LakeFSPreconditionFailedError",
+    "LakeFSRepositoryNotFoundError",
     "LakeFSUnavailableError",
     "LakeFenceError",
     "MergeHookRejectedError",
@@ -32,6 +75,8 @@ __all__ = [
     "PublishBudgetError",
     "PublishFenceError",
     "PublishRaceError",
+    "RealLakeFSError",
+    "S3AConfigError",
     "SparkJobError",
     "StaleAttemptError",
     "WorkspaceError",
@@ -60,6 +105,14 @@ class JobError(LakeFenceError):
 
 class SparkJobError(JobError):
     """The Spark job failed; nothing was staged or published."""
+
+
+class JobEnvironmentError(LakeFenceError, RuntimeError):
+    """The job's environment lacks what the operator passes (locations, credentials, S3A)."""
+
+
+class S3AConfigError(InvalidInputError):
+    """The S3A set-up cannot work: no hadoop-aws, or one that does not match Spark's Hadoop."""
 
 
 class StaleAttemptError(LakeFenceError):
@@ -99,16 +152,28 @@ class LakeFSError(LakeFenceError):
     :param message: a description naming the operation, never credentials.
     :param status: the HTTP status code, or ``None`` when no response arrived.
     :param operation: the logical operation that failed (e.g. ``create_branch``).
+    :param server_message: lakeFS's own words, when it answered (never credentials).
     """
 
-    def __init__(self, message: str, *, status: int | None = None, operation: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, operation: str = "", server_message: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.operation = operation
+        self.server_message = server_message
 
 
 class LakeFSBadRequestError(LakeFSError):
-    """lakeFS answered 400 (invalid argument, no changes, dirty branch...)."""
+    """lakeFS answered 400 (an invalid argument; the two common cases have their own classes)."""
+
+
+class LakeFSNoChangesError(LakeFSBadRequestError):
+    """lakeFS answered 400 "no changes": a commit with nothing to commit, or a merge that adds nothing."""
+
+
+class LakeFSDirtyBranchError(LakeFSBadRequestError):
+    """lakeFS answered 400 because the branch has uncommitted changes (a merge into it, a hard reset)."""
 
 
 class LakeFSAuthError(LakeFSError):
@@ -117,6 +182,10 @@ class LakeFSAuthError(LakeFSError):
 
 class LakeFSNotFoundError(LakeFSError):
     """lakeFS answered 404: repository, branch, ref or object not found."""
+
+
+class LakeFSRepositoryNotFoundError(LakeFSNotFoundError):
+    """lakeFS answered 404 naming the repository: the server is lakeFS and the repository does not exist."""
 
 
 class LakeFSConflictError(LakeFSError):
@@ -153,9 +222,15 @@ class LakeFSHookRejectedError(LakeFSPreconditionFailedError):
     """
 
     def __init__(
-        self, message: str, *, status: int | None = None, operation: str = "", run_id: str | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        operation: str = "",
+        server_message: str | None = None,
+        run_id: str | None = None,
     ) -> None:
-        super().__init__(message, status=status, operation=operation)
+        super().__init__(message, status=status, operation=operation, server_message=server_message)
         self.run_id = run_id
 
 
@@ -172,11 +247,12 @@ class LakeFSHardFenceRejectedError(LakeFSHookRejectedError):
         *,
         status: int | None = None,
         operation: str = "",
+        server_message: str | None = None,
         run_id: str | None = None,
         found_head: str | None = None,
         expected_head: str | None = None,
     ) -> None:
-        super().__init__(message, status=status, operation=operation, run_id=run_id)
+        super().__init__(message, status=status, operation=operation, server_message=server_message, run_id=run_id)
         self.found_head = found_head
         self.expected_head = expected_head
 
@@ -198,3 +274,18 @@ class MergeHookRejectedError(PublishFenceError):
 
 class HardFenceMissingError(InvalidInputError):
     """The hard fence is required but the input commit does not carry the current one (raised before the job)."""
+
+
+class HardFenceInstallError(LakeFenceError):
+    """The hard fence could not be installed (a foreign file in its place, or the branch kept moving)."""
+
+
+# -- the test tooling (airflow_lakefence.testing) --------------------------------------------------
+
+
+class RealLakeFSError(LakeFenceError):
+    """Real lakeFS could not be built or started (the message says why)."""
+
+
+class GoToolchainMissingError(RealLakeFSError):
+    """No ``go`` command: real lakeFS cannot be built here."""

@@ -14,132 +14,32 @@ Credentials live only in the SDK client configuration; no message built here con
 from __future__ import annotations
 
 import functools
-import http
 import itertools
-import json
-import os
-import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import Any, TypeVar
 
 import lakefs
 import tenacity
 import urllib3
-from lakefs.exceptions import LakeFSException, ServerException, api_exception_handler, handle_http_error
-from lakefs_sdk.exceptions import ApiException, OpenApiException
+from lakefs.exceptions import api_exception_handler
 from lakefs_sdk.models.branch_creation import BranchCreation
 from lakefs_sdk.models.commit import Commit as SdkCommit
 from lakefs_sdk.models.commit_creation import CommitCreation
 from lakefs_sdk.models.commit_overrides import CommitOverrides
 from lakefs_sdk.models.merge import Merge
-from lakefs_sdk.models.path_list import PathList
 from lakefs_sdk.models.revert_creation import RevertCreation
 
-from airflow_lakefence.core.hardfence import RejectionKind, classify_rejection
-from airflow_lakefence.core.ports import CommitInfo, UploadProgress
-from airflow_lakefence.exceptions import (
-    LakeFSAuthError,
-    LakeFSBadRequestError,
-    LakeFSBranchProtectedError,
-    LakeFSConflictError,
-    LakeFSConnectionError,
-    LakeFSError,
-    LakeFSHardFenceRejectedError,
-    LakeFSHookRejectedError,
-    LakeFSNotFoundError,
-    LakeFSPreconditionFailedError,
-    LakeFSUnavailableError,
-)
+from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.exceptions import LakeFSNoChangesError, LakeFSNotFoundError, LakeFSUnavailableError
+from airflow_lakefence.lakefs_errors import CAUGHT, translate_error
+from airflow_lakefence.lakefs_objects import ChangedPath, ObjectInfo, ObjectsMixin
+
+__all__ = ["ChangedPath", "LakeFSClient", "ObjectInfo", "commit_from_sdk", "translate_error"]
 
 T = TypeVar("T")
 
-_STATUS_TO_ERROR: dict[int, type[LakeFSError]] = {
-    400: LakeFSBadRequestError,
-    401: LakeFSAuthError,
-    403: LakeFSAuthError,
-    404: LakeFSNotFoundError,
-    409: LakeFSConflictError,
-    412: LakeFSPreconditionFailedError,
-    429: LakeFSUnavailableError,
-}
-
-# Transport failures below the SDK: no HTTP response arrived.
-_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
-_CAUGHT: tuple[type[Exception], ...] = (LakeFSException, OpenApiException, *_TRANSPORT_ERRORS)
 _TRANSPORT_RETRIES = urllib3.Retry(total=None, connect=2, read=0, redirect=3, status=0, other=0, raise_on_status=False)
-
-
-def _error_message(exc: LakeFSException) -> str:
-    if isinstance(exc, ServerException):
-        body = exc.body if isinstance(exc.body, dict) else {}
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return message
-        return exc.reason or type(exc).__name__
-    return type(exc).__name__
-
-
-def _hook_or_protection_error(status: int | None, message: str, operation: str, what: str) -> LakeFSError | None:
-    """The 403 of branch protection and the 412 of a pre-merge hook, each its own class (issue 18)."""
-    if status == 403 and "protected branch" in message:
-        return LakeFSBranchProtectedError(
-            f"lakeFS {operation} on {what} refused: the branch is protected (only merges are allowed): {message}",
-            status=status,
-            operation=operation,
-        )
-    if status == 412 and "hook" in message:
-        text = f"lakeFS {operation} on {what} failed ({status}): {message}"
-        rejection = classify_rejection(message)
-        if rejection.kind is RejectionKind.HARD_FENCE:
-            return LakeFSHardFenceRejectedError(
-                text,
-                status=status,
-                operation=operation,
-                run_id=rejection.run_id,
-                found_head=rejection.found_head,
-                expected_head=rejection.expected_head,
-            )
-        return LakeFSHookRejectedError(text, status=status, operation=operation, run_id=rejection.run_id)
-    return None
-
-
-def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSError:
-    """Translate an SDK or transport exception into the package's tree.
-
-    :param exc: the exception raised by the SDK or urllib3.
-    :param operation: the logical operation (e.g. ``merge``).
-    :param what: the entity it concerned (repository/branch/ref), for the message.
-    :return: the translated exception (the caller raises it ``from exc``).
-    """
-    if isinstance(exc, LakeFSError):
-        return exc
-    if isinstance(exc, ServerException):
-        status = exc.status_code
-        special = _hook_or_protection_error(status, _error_message(exc), operation, what)
-        if special is not None:
-            return special
-        cls = _STATUS_TO_ERROR.get(status or 0)
-        if cls is None:
-            cls = LakeFSUnavailableError if status is None or status >= 500 else LakeFSError
-        return cls(
-            f"lakeFS {operation} on {what} failed ({status}): {_error_message(exc)}", status=status, operation=operation
-        )
-    if isinstance(exc, LakeFSException):
-        # Client-side SDK errors (no credentials configured, transaction misuse...): no status.
-        return LakeFSError(f"lakeFS {operation} on {what} failed: {type(exc).__name__}", operation=operation)
-    if isinstance(exc, ApiException):
-        return translate_error(ServerException(exc.status, exc.reason, exc.body), operation, what)  # type: ignore[no-untyped-call]
-    if isinstance(exc, OpenApiException):
-        return LakeFSError(f"lakeFS {operation} on {what}: invalid request ({type(exc).__name__})", operation=operation)
-    if isinstance(exc, _TRANSPORT_ERRORS):
-        return LakeFSConnectionError(
-            f"lakeFS {operation} on {what}: no response ({type(exc).__name__})", operation=operation
-        )
-    return LakeFSError(f"lakeFS {operation} on {what} failed: {type(exc).__name__}", operation=operation)
 
 
 def commit_from_sdk(commit: SdkCommit) -> CommitInfo:
@@ -158,37 +58,7 @@ def commit_from_sdk(commit: SdkCommit) -> CommitInfo:
     )
 
 
-@dataclass(frozen=True)
-class ChangedPath:
-    """One entry of a diff.
-
-    :param path: the path, or the common prefix for ``path_type == "common_prefix"``.
-    :param type: added, removed, changed, conflict or prefix_changed.
-    :param path_type: ``object`` or ``common_prefix``.
-    """
-
-    path: str
-    type: str
-    path_type: str
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One object's stats.
-
-    :param path: the object path.
-    :param size_bytes: its size, ``None`` when lakeFS leaves it out.
-    :param checksum: its checksum (an ETag).
-    :param mtime: its modification time (Unix epoch seconds).
-    """
-
-    path: str
-    size_bytes: int | None
-    checksum: str
-    mtime: int
-
-
-class LakeFSClient:
+class LakeFSClient(ObjectsMixin):
     """A thin, error-translating adapter over one ``lakefs.Client``.
 
     The SDK client is built lazily on first use, so constructing an adapter does no I/O.
@@ -248,12 +118,16 @@ class LakeFSClient:
     def _api(self) -> Any:
         return self.sdk.sdk_client
 
+    @property
+    def _host(self) -> str:
+        return str(self.sdk.config.host)
+
     def _call(self, operation: str, what: str, fn: Callable[[], T], *, idempotent: bool) -> T:
         def once() -> T:
             try:
                 with api_exception_handler():
                     return fn()
-            except _CAUGHT as exc:
+            except CAUGHT as exc:
                 raise translate_error(exc, operation, what) from exc
 
         if not idempotent:
@@ -337,10 +211,8 @@ class LakeFSClient:
                 lambda: self._api.commits_api.commit(repository, branch, creation, _request_timeout=self._timeout),
                 idempotent=False,
             )
-        except LakeFSBadRequestError as exc:
-            if "no changes" in str(exc).lower():
-                return None
-            raise
+        except LakeFSNoChangesError:
+            return None
         return commit_from_sdk(commit)
 
     # -- branches ----------------------------------------------------------------------------
@@ -386,36 +258,6 @@ class LakeFSClient:
                 raise
             return False
         return True
-
-    def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:
-        """Delete objects from a branch (uncommitted until the next commit), 1000 per call.
-
-        Deleting a path that does not exist is not an error, so a call whose answer was lost may be
-        repeated.
-
-        :param repository: the repository name.
-        :param branch: the branch.
-        :param paths: object paths.
-        :return: how many paths were sent.
-        :raises LakeFSError: on failure, or when lakeFS reports a path it could not delete.
-        """
-        for start in range(0, len(paths), 1000):
-            chunk = list(paths[start : start + 1000])
-            answer = self._call(
-                "delete_objects",
-                f"{len(chunk)} objects on branch {branch!r} in {repository!r}",
-                lambda chunk=chunk: self._api.objects_api.delete_objects(  # type: ignore[misc]
-                    repository, branch, PathList(paths=chunk), _request_timeout=self._timeout
-                ),
-                idempotent=True,
-            )
-            errors = getattr(answer, "errors", None) or []
-            if errors:
-                raise LakeFSError(
-                    f"lakeFS delete_objects on branch {branch!r} in {repository!r}: {len(errors)} paths not deleted",
-                    operation="delete_objects",
-                )
-        return len(paths)
 
     def list_branches(self, repository: str, prefix: str = "", *, show_hidden: bool = True) -> list[tuple[str, str]]:
         """List branches whose name starts with ``prefix``, following pagination.
@@ -477,7 +319,28 @@ class LakeFSClient:
             idempotent=False,
         )
 
-    # -- merge-only replacement (issue 18) ---------------------------------------------------
+    def merge_base(self, repository: str, source_ref: str, destination_branch: str) -> str:
+        """The best common ancestor of ``source_ref`` and the branch's HEAD (one call).
+
+        It is ``source_ref``'s own commit exactly when that commit is an ancestor of the HEAD.
+
+        :param repository: the repository name.
+        :param source_ref: the ref (e.g. an input commit).
+        :param destination_branch: the branch.
+        :raises LakeFSNotFoundError: if the repository, ref or branch does not exist.
+        :raises LakeFSError: for any other failure.
+        """
+        result = self._call(
+            "find_merge_base",
+            f"{source_ref!r} and {destination_branch!r} in {repository!r}",
+            lambda: self._api.refs_api.find_merge_base(
+                repository, source_ref, destination_branch, _request_timeout=self._timeout
+            ),
+            idempotent=True,
+        )
+        return str(result.base_commit_id)
+
+    # -- merge-only replacement --------------------------------------------------------------
 
     def revert(
         self,
@@ -568,155 +431,6 @@ class LakeFSClient:
                 if len(offending) >= limit:
                     break
         return offending
-
-    # -- objects -----------------------------------------------------------------------------
-
-    def upload_file(self, repository: str, branch: str, path: str, local_path: str | os.PathLike[str]) -> None:
-        """Stream one local file into ``branch`` at ``path`` (bounded memory, chunked body).
-
-        The SDK's own ``upload`` copies the data into a spooled buffer first; here the open file is
-        the request body, with the same raw endpoint and auth the SDK's writer uses.
-
-        :param repository: the repository name.
-        :param branch: the branch.
-        :param path: the object path.
-        :param local_path: the local file.
-        :raises LakeFSError: on failure.
-        """
-        api_client = self._api.objects_api.api_client
-        resource = urllib.parse.quote(f"/repositories/{repository}/branches/{branch}/objects", encoding="utf-8")
-        url = f"{self.sdk.config.host}{resource}?{urllib.parse.urlencode({'path': path})}"
-        # The SDK default: lakeFS counts content type in an entry's identity, so a varying guess
-        # would turn a byte-identical re-upload into a change.
-        content_type = "application/octet-stream"
-
-        def send() -> None:
-            headers = {"Accept": "application/json", "Content-Type": content_type}
-            with open(local_path, "rb") as body:
-                api_client.update_params_for_auth(headers, None, ["basic_auth"], resource, "POST", body)
-                resp = api_client.rest_client.pool_manager.request(
-                    method="POST",
-                    url=url,
-                    headers=headers,
-                    body=body,
-                    timeout=urllib3.Timeout(connect=self._timeout[0], read=self._timeout[1]),
-                )
-            if resp.status >= http.HTTPStatus.MULTIPLE_CHOICES:
-                handle_http_error(resp)
-            json.loads(resp.data)  # a malformed answer means the upload is not acknowledged
-
-        # Uploads to a private staging branch overwrite the same path: safe to repeat.
-        self._call("upload_object", f"object {path!r} on {branch!r} in {repository!r}", send, idempotent=True)
-
-    def upload_tree(
-        self,
-        repository: str,
-        branch: str,
-        files: Iterable[tuple[str, Path]],
-        *,
-        progress: UploadProgress | None = None,
-    ) -> int:
-        """Upload many files in parallel; return how many were uploaded.
-
-        :param repository: the repository name.
-        :param branch: the branch.
-        :param files: ``(object path, local file)`` pairs.
-        :param progress: called with ``(done, total)`` after each upload, in this thread.
-        :raises LakeFSError: the first failure; remaining uploads are cancelled.
-        """
-        count = 0
-        with ThreadPoolExecutor(max_workers=self.upload_concurrency, thread_name_prefix="lakefence-upload") as pool:
-            futures = [pool.submit(self.upload_file, repository, branch, path, local) for path, local in files]
-            try:
-                for future in futures:
-                    future.result()
-                    count += 1
-                    if progress is not None:
-                        progress(count, len(futures))
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
-        return count
-
-    def read_object(self, repository: str, ref: str, path: str) -> bytes:
-        """Read one object whole (for small objects, tests and examples).
-
-        :param repository: the repository name.
-        :param ref: the ref.
-        :param path: the object path.
-        :raises LakeFSNotFoundError: if it does not exist.
-        """
-        data = self._call(
-            "get_object",
-            f"object {path!r} at {ref!r} in {repository!r}",
-            lambda: self._api.objects_api.get_object(repository, ref, path, _request_timeout=self._timeout),
-            idempotent=True,
-        )
-        return bytes(data)
-
-    def list_objects(self, repository: str, ref: str, prefix: str = "") -> list[str]:
-        """List object paths under ``prefix`` at ``ref``, following pagination.
-
-        :param repository: the repository name.
-        :param ref: the ref.
-        :param prefix: the path prefix.
-        :raises LakeFSError: on failure.
-        """
-        pages = self._paginate(
-            "list_objects",
-            f"objects {prefix!r}* at {ref!r} in {repository!r}",
-            self._api.objects_api.list_objects,
-            repository,
-            ref,
-            prefix=prefix,
-            amount=1000,
-        )
-        return [item.path for item in pages]
-
-    def stat_object(self, repository: str, ref: str, path: str) -> ObjectInfo:
-        """Return one object's stats (one call, no data read).
-
-        :param repository: the repository name.
-        :param ref: the ref (a commit id reads a fixed snapshot).
-        :param path: the object path.
-        :raises LakeFSNotFoundError: if the repository, ref or object does not exist.
-        :raises LakeFSError: for any other failure.
-        """
-        stats = self._call(
-            "stat_object",
-            f"object {path!r} at {ref!r} in {repository!r}",
-            lambda: self._api.objects_api.stat_object(repository, ref, path, _request_timeout=self._timeout),
-            idempotent=True,
-        )
-        return ObjectInfo(stats.path, stats.size_bytes, stats.checksum, int(stats.mtime))
-
-    def list_objects_page(self, repository: str, ref: str, prefix: str = "", *, amount: int = 1) -> list[str]:
-        """List at most ``amount`` object paths under ``prefix`` at ``ref`` with one call.
-
-        Unlike :meth:`list_objects` this does not follow pagination: "is there anything under
-        this prefix" costs one round-trip whatever the prefix holds.
-
-        :param repository: the repository name.
-        :param ref: the ref.
-        :param prefix: the path prefix.
-        :param amount: the page size, 1 to 1000.
-        :raises LakeFSError: on failure.
-        """
-        page = self._call(
-            "list_objects",
-            f"objects {prefix!r}* at {ref!r} in {repository!r}",
-            functools.partial(
-                self._api.objects_api.list_objects,
-                repository,
-                ref,
-                prefix=prefix,
-                amount=max(1, min(amount, 1000)),
-                _request_timeout=self._timeout,
-            ),
-            idempotent=True,
-        )
-        return [item.path for item in page.results]
 
     def diff_refs(
         self,

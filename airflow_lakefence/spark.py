@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
+from airflow_lakefence.exceptions import InvalidInputError, JobEnvironmentError, S3AConfigError
 
 __all__ = [
     "COMMITTER_SETTINGS",
@@ -86,14 +86,6 @@ COMMITTER_SETTINGS: Mapping[str, str] = {
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-
-class JobEnvironmentError(LakeFenceError, RuntimeError):
-    """The job's environment lacks what the operator passes (locations, credentials, S3A)."""
-
-
-class S3AConfigError(InvalidInputError):
-    """The S3A set-up cannot work: no hadoop-aws, or one that does not match Spark's Hadoop."""
 
 
 @dataclass(frozen=True)

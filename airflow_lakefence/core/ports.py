@@ -90,6 +90,10 @@ class LakeFSPort(Protocol):
         """Point ``branch`` at ``ref``."""
         ...
 
+    def merge_base(self, repository: str, source_ref: str, destination_branch: str) -> str:
+        """The best common ancestor of ``source_ref`` and the branch's HEAD (``source_ref`` when it is an ancestor)."""
+        ...
+
     def paths_outside(self, repository: str, branch: str, prefixes: Iterable[str], *, limit: int = 10) -> list[str]:
         """Up to ``limit`` uncommitted changes of ``branch`` outside ``prefixes``."""
         ...

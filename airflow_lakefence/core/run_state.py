@@ -25,7 +25,6 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,20 +51,26 @@ class RunStatePort(Protocol):
         ...
 
 
-def pin_input(state: RunStatePort, ref: str, resolve: Callable[[str], str]) -> tuple[str, bool]:
-    """Resolve ``ref`` once per run.
+def pinned_input(state: RunStatePort, ref: str) -> str | None:
+    """The commit an earlier try of the run resolved ``ref`` to, if any (the input is resolved once per run).
 
     :param state: the run state.
     :param ref: the ``input_ref`` as rendered for this try.
-    :param resolve: turns a ref into a commit id (raises for an unknown ref).
-    :return: ``(commit id, whether an earlier try had pinned it)``.
     """
     pin = state.get(PIN_KEY)
     if isinstance(pin, dict) and pin.get("ref") == ref and isinstance(pin.get("commit"), str):
-        return pin["commit"], True
-    commit = resolve(ref)
+        return str(pin["commit"])
+    return None
+
+
+def pin_input(state: RunStatePort, ref: str, commit: str) -> None:
+    """Remember what ``ref`` resolved to, for every later try of the run (see :func:`pinned_input`).
+
+    :param state: the run state.
+    :param ref: the ``input_ref`` as rendered for this try.
+    :param commit: the commit id it resolved to.
+    """
     state.set(PIN_KEY, {"ref": ref, "commit": commit})
-    return commit, False
 
 
 def reported_publication(state: RunStatePort) -> dict[str, Any] | None:

@@ -29,13 +29,16 @@ from airflow_lakefence.core.hardfence import (
     INSTALL_KEY,
     FenceCheck,
     FenceStatus,
-    RejectionKind,
     check_ref,
-    classify_rejection,
     expected_head_metadata,
     render_action_bytes,
 )
-from airflow_lakefence.exceptions import LakeFenceError, LakeFSPreconditionFailedError
+from airflow_lakefence.exceptions import (
+    HardFenceInstallError,
+    LakeFenceError,
+    LakeFSHardFenceRejectedError,
+    LakeFSPreconditionFailedError,
+)
 from airflow_lakefence.lakefs_client import LakeFSClient
 
 __all__ = [
@@ -54,10 +57,6 @@ TEMP_BRANCH_PREFIX = "lakefence-hardfence"
 # then rejects the merge): a few fresh tries, each built on the new head.
 _INSTALL_TRIES = 3
 _PROBE_HEAD = "lakefence-probe-not-a-commit"
-
-
-class HardFenceInstallError(LakeFenceError):
-    """The hard fence could not be installed (a foreign file in its place, or the branch kept moving)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ def install_hard_fence(client: LakeFSClient, repository: str, branch: str, *, fo
     if before.status is FenceStatus.FOREIGN and not force:
         raise HardFenceInstallError(f"{before.message}; refusing to overwrite it without force")
     message = f"Install the lakefence hard fence v{HARD_FENCE_VERSION}"
-    last: LakeFSPreconditionFailedError | None = None
+    last: LakeFSHardFenceRejectedError | None = None
     for _ in range(_INSTALL_TRIES):
         with _temporary_branch(client, repository, branch, "install") as (temp, base):
             _upload(client, repository, temp, ACTION_PATH, render_action_bytes())
@@ -154,9 +153,7 @@ def install_hard_fence(client: LakeFSClient, repository: str, branch: str, *, fo
             metadata = {**expected_head_metadata(base), INSTALL_KEY: str(HARD_FENCE_VERSION)}
             try:
                 merge = client.merge(repository, staged.id, branch, message, metadata)
-            except LakeFSPreconditionFailedError as exc:
-                if classify_rejection(str(exc)).kind is not RejectionKind.HARD_FENCE:
-                    raise
+            except LakeFSHardFenceRejectedError as exc:
                 last = exc
                 continue
             log.info(
@@ -194,10 +191,9 @@ def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> Prob
             merge = client.merge(
                 repository, staged.id, destination, "lakefence hard fence probe", {EXPECTED_HEAD_KEY: _PROBE_HEAD}
             )
+        except LakeFSHardFenceRejectedError as exc:
+            return ProbeResult(True, str(exc))
         except LakeFSPreconditionFailedError as exc:
-            rejection = classify_rejection(str(exc))
-            if rejection.kind is RejectionKind.HARD_FENCE:
-                return ProbeResult(True, str(exc))
             return ProbeResult(False, f"a pre-merge hook other than the hard fence rejected the probe: {exc}")
         return ProbeResult(
             False, f"lakeFS accepted a merge naming a wrong expected head ({merge}): the fence does not run"

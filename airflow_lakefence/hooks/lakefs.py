@@ -16,6 +16,7 @@ from airflow_lakefence.exceptions import (
     LakeFSConnectionError,
     LakeFSError,
     LakeFSNotFoundError,
+    LakeFSRepositoryNotFoundError,
 )
 from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
@@ -204,9 +205,9 @@ class LakeFSHook(BaseHook):
         )
         try:
             probe.get_repository(_PROBE_REPOSITORY)
+        except LakeFSRepositoryNotFoundError:
+            return True, f"Connected to lakeFS at {endpoint}: the access key {self._connection.login!r} is valid"
         except LakeFSNotFoundError as exc:
-            if "repository" in _server_message(exc).lower():
-                return True, f"Connected to lakeFS at {endpoint}: the access key {self._connection.login!r} is valid"
             return False, (
                 f"{endpoint} answered 404 to a lakeFS API call ({_server_message(exc)}): it does not look like "
                 "a lakeFS server; check the endpoint URL (host, port, path)"
@@ -228,10 +229,8 @@ class LakeFSHook(BaseHook):
 
 
 def _server_message(exc: LakeFSError) -> str:
-    """The server's own words from a translated error ("... failed (401): <message>")."""
-    text = str(exc)
-    marker = f"({exc.status}): "
-    return text.split(marker, 1)[1] if marker in text else text
+    """The server's own words from a translated error (the adapter keeps them), else the whole message."""
+    return exc.server_message or str(exc)
 
 
 def _host_port(endpoint: str) -> str:

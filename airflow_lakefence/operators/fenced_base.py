@@ -49,6 +49,49 @@ FENCED_TEMPLATE_FIELDS = (
 XCOM_KEYS = ("staged_commit", "decision", "reason", "input_ref", "staging_branch", "output_ref")
 
 
+class AirflowReporter:
+    """The engine's :class:`~airflow_lakefence.core.reporting.Reporter` for a task: XCom pushes.
+
+    :param context: the Airflow context (its task instance pushes).
+    :param published: what the operator does with the outcome (XCom, asset events, the log line).
+    """
+
+    def __init__(self, context: Any, *, published: Callable[[PublishResult], None]) -> None:
+        self._ti = context["ti"]
+        self._published = published
+        #: The staging branch, once it exists.
+        self.staging: str | None = None
+
+    def staging_created(self, name: str) -> None:
+        """Push it at once, so the "lakeFS staging" link works for a try that fails.
+
+        :param name: the staging branch.
+        """
+        self.staging = name
+        self._ti.xcom_push(key="staging_branch", value=name)
+
+    def supersedes(self, value: Mapping[str, Any]) -> None:
+        """Push it before the job, so monitoring calls the replaced publication superseded.
+
+        :param value: ``{"output_ref", "try_number"}``.
+        """
+        self._ti.xcom_push(key=SUPERSEDES_KEY, value=dict(value))
+
+    def evidence(self, value: Mapping[str, str]) -> None:
+        """Push the run's evidence branches, marked or not: the cleaner never deletes one named here.
+
+        :param value: ``{branch: error class}``.
+        """
+        self._ti.xcom_push(key=EVIDENCE_KEY, value=dict(value))
+
+    def published(self, result: PublishResult) -> None:
+        """Step 12: hand the outcome to the operator.
+
+        :param result: what the attempt did.
+        """
+        self._published(result)
+
+
 class FencedPublishOperatorBase(BaseOperator):
     """The fenced publish of one task's output into a lakeFS branch (see docs/protocol.md).
 
@@ -222,27 +265,13 @@ class FencedPublishOperatorBase(BaseOperator):
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
-        staging: list[str] = []
-
-        def on_staging(name: str) -> None:
-            # Pushed as soon as it exists, so the "lakeFS staging" link works for a try that fails.
-            staging.append(name)
-            context["ti"].xcom_push(key="staging_branch", value=name)
-
+        reporter = AirflowReporter(context, published=lambda outcome: self._report(context, outcome))
         try:
-            result = engine.run(
-                lambda locations: self.run_job(context, locations),
-                on_staging=on_staging,
-                report=lambda outcome: self._report(context, outcome),
-                # Pushed before the job, so monitoring calls the replaced publication superseded.
-                on_supersedes=lambda value: context["ti"].xcom_push(key=SUPERSEDES_KEY, value=dict(value)),
-                # The run's evidence branches, marked or not: the cleaner never deletes one named here.
-                on_evidence=lambda value: context["ti"].xcom_push(key=EVIDENCE_KEY, value=dict(value)),
-            )
+            result = engine.run(lambda locations: self.run_job(context, locations), reporter)
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,
             # and the link must not point at a branch that is gone.
-            if staging and getattr(exc, "staging_branch", None) != staging[0]:
+            if reporter.staging is not None and getattr(exc, "staging_branch", None) != reporter.staging:
                 context["ti"].xcom_push(key="staging_branch", value=None)
             raise
         return result.output_ref

@@ -46,7 +46,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from airflow_lakefence.exceptions import LakeFenceError
+from airflow_lakefence.exceptions import GoToolchainMissingError as GoToolchainMissingError  # re-exported
+from airflow_lakefence.exceptions import RealLakeFSError as RealLakeFSError  # re-exported
 
 #: The lakeFS release the project is tested against (served by the Go module proxy here).
 DEFAULT_LAKEFS_VERSION = "1.86.0"
@@ -65,14 +66,6 @@ import "github.com/treeverse/lakefs/cmd/lakefs/cmd"
 
 func main() { cmd.Execute() }
 """
-
-
-class RealLakeFSError(LakeFenceError):
-    """Real lakeFS could not be built or started (the message says why)."""
-
-
-class GoToolchainMissingError(RealLakeFSError):
-    """No ``go`` command: real lakeFS cannot be built here."""
 
 
 def cache_dir() -> Path:

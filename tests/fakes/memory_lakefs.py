@@ -206,6 +206,22 @@ class MemoryLakeFS:
         target.head = self._resolve(ref)
         target.staged = {}
 
+    def merge_base(self, repository: str, source_ref: str, destination_branch: str) -> str:
+        self._count("merge_base")
+        self._check_repo(repository)
+        source, head = self._resolve(source_ref), self._branch(destination_branch).head
+        common = self._ancestors(source) & self._ancestors(head)
+        if source in common:
+            return source
+        # The nearest common ancestor of HEAD (breadth first): enough for "is the source an ancestor?".
+        todo = [head]
+        while todo:
+            current = todo.pop(0)
+            if current in common:
+                return current
+            todo.extend(self.commits[current].parents)
+        raise LakeFSNotFoundError(f"no merge base of {source_ref!r} and {destination_branch!r}", status=404)
+
     def paths_outside(self, repository: str, branch: str, prefixes: Iterable[str], *, limit: int = 10) -> list[str]:
         self._count("paths_outside")
         self._check_repo(repository)

@@ -68,6 +68,26 @@ class StandInFence:
         raise StaleAttemptError(f"stale attempt {where}: {reason}")
 
 
+class Reported:
+    """A reporter that keeps what the engine publishes (step 12) and ignores the rest."""
+
+    def __init__(self, results: list[Any]) -> None:
+        self.results = results
+        self.staging: list[str] = []
+
+    def staging_created(self, name: str) -> None:
+        self.staging.append(name)
+
+    def supersedes(self, value: Any) -> None:
+        pass
+
+    def evidence(self, value: Any) -> None:
+        pass
+
+    def published(self, result: Any) -> None:
+        self.results.append(result)
+
+
 class World:
     """A repository with ``main`` holding one input commit, behind a :class:`LossyPort`."""
 
@@ -191,7 +211,7 @@ class Run:
         return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
 
     def __call__(self) -> Any:
-        return self.engine().run(self.job, report=self.reported.append)
+        return self.engine().run(self.job, Reported(self.reported))
 
 
 class Crash(BaseException):
@@ -307,7 +327,7 @@ def test_a_run_state_failure_of_a_cleared_try_is_staleness(world: World, stale: 
     engine = run.engine()
     engine.run_state = ArchivedRunState()
     with pytest.raises(LakeFenceError) as info:
-        engine.run(run.job, report=run.reported.append)
+        engine.run(run.job, Reported(run.reported))
     # Cleared: StaleAttemptError (nothing ran); still current: the store's own failure, fail closed.
     assert isinstance(info.value, StaleAttemptError) is stale
     assert run.seen == [] and world.head().id == world.input and world.branches() == []
@@ -335,7 +355,7 @@ def test_a_try_cleared_after_publishing_whose_report_is_refused_is_stale(world: 
     engine = run.engine()
     engine.run_state = ClearedAtReport(run, clear=stale)
     with pytest.raises(LakeFenceError) as info:
-        engine.run(run.job, report=run.reported.append)
+        engine.run(run.job, Reported(run.reported))
     # Cleared: a StaleAttemptError (its publication is the next try's to replace); still current:
     # the store's own failure. Either way nothing is reported.
     assert isinstance(info.value, StaleAttemptError) is stale, info.value

@@ -60,6 +60,7 @@ def run(spec: dict[str, Any]) -> int:
 
     from airflow_lakefence import failpoints
     from airflow_lakefence.core import engine as fenced_engine
+    from airflow_lakefence.core import publish as fenced_publish
     from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
     from tests.reliability.registry import AttemptRegistry, StandInTaskInstance, StandInTaskStateStore
 
@@ -114,7 +115,9 @@ def run(spec: dict[str, Any]) -> int:
         )
         return decision
 
-    fenced_engine.decide_publish = recording_decide  # observed, not changed
+    # Observed, not changed: the check before the job (engine) and the publish fence (publish).
+    fenced_engine.decide_publish = recording_decide
+    fenced_publish.decide_publish = recording_decide
 
     kwargs = dict(spec["operator"])
     job = json.dumps(spec.get("job", {}))

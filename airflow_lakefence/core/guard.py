@@ -1,0 +1,175 @@
+"""What keeps an attempt honest between its writes: the attempt fence, lost answers, the budget.
+
+:class:`AttemptGuard` is asked by the flow (:mod:`airflow_lakefence.core.engine`) at the protocol's
+checkpoints:
+
+* :meth:`AttemptGuard.check`: the attempt fence (steps 6 and 8, and before reporting); a stale
+  attempt's staging branch is dropped before the supervisor's kill is awaited;
+* :meth:`AttemptGuard.stale_first` / :meth:`AttemptGuard.stale_if_cleared`: a failure that a newer
+  try explains (its branch vanished, its run state was archived) is reported as staleness;
+* :meth:`AttemptGuard.settle`: the one place where a lakeFS write whose answer was lost is
+  re-evaluated from fresh state, never repeated blindly;
+* :meth:`AttemptGuard.check_budget`: step 9.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
+from airflow_lakefence.core.reporting import Log
+from airflow_lakefence.exceptions import (
+    JobError,
+    LakeFenceError,
+    LakeFSNotFoundError,
+    LakeFSUnavailableError,
+    PublishBudgetError,
+)
+
+T = TypeVar("T")
+
+#: A write whose answer was lost is re-evaluated against fresh state, never repeated blindly: a
+#: publish may need three rounds (refused with 503, then answered "no changes" because the first
+#: request landed late, then recognised as this attempt's own publication).
+PUBLISH_ROUNDS = 3
+
+
+class AttemptGuard:
+    """The attempt fence, lost answers and the publish budget of one attempt.
+
+    :param lakefs: the lakeFS port (to drop a stale attempt's staging branch).
+    :param fence: the attempt fence port.
+    :param repository: the repository.
+    :param log: where to log.
+    :param clock: the monotonic clock the budget is measured with.
+    :param publish_budget: seconds the publish needs, if declared.
+    :param deadline: when the task will be killed (on ``clock``), if known.
+    """
+
+    def __init__(
+        self,
+        lakefs: LakeFSPort,
+        fence: AttemptFencePort,
+        repository: str,
+        log: Log,
+        clock: Callable[[], float],
+        publish_budget: float | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.lakefs = lakefs
+        self.fence = fence
+        self.repository = repository
+        self.log = log
+        self.clock = clock
+        self.publish_budget = publish_budget
+        self.deadline = deadline
+        self._deleted: set[str] = set()
+
+    def check(self, where: str, staging: str) -> None:
+        """The attempt fence: return while this attempt is the current one.
+
+        :param where: names the checkpoint in the error.
+        :param staging: the attempt's staging branch (deleted when stale: it is worthless then).
+        :raises StaleAttemptError: when stale (after the fence's grace period).
+        """
+        reason = self.fence.stale_reason()
+        if reason is None:
+            return
+        self.delete_quietly(staging)
+        self.fence.fail(where, reason)
+
+    @contextmanager
+    def stale_first(self, where: str, staging: str) -> Iterator[None]:
+        """Report a failure on the staging branch as staleness when the attempt is stale.
+
+        A newer try deletes the staging branches of earlier tries, so a stale attempt's job, upload
+        or commit fails on its vanished branch: that is a StaleAttemptError, not a lakeFS error.
+
+        :param where: names the checkpoint.
+        :param staging: the staging branch.
+        """
+        try:
+            yield
+        except (JobError, LakeFSNotFoundError):
+            self.check(where, staging)
+            raise
+
+    @contextmanager
+    def stale_if_cleared(self, where: str, staging: str) -> Iterator[None]:
+        """Run-state calls of a try that may have been cleared meanwhile.
+
+        A cleared try loses its run state (the server archived its task-instance id, so the store
+        refuses it): a failure is then staleness, raised as StaleAttemptError, not a failure of the
+        store.
+
+        :param where: names the checkpoint.
+        :param staging: the staging branch.
+        """
+        try:
+            yield
+        except LakeFenceError:
+            self.check(where, staging)
+            raise
+
+    def settle(
+        self,
+        operation: str,
+        write: Callable[[bool], T],
+        reread: Callable[[LakeFSUnavailableError], T | None],
+    ) -> T:
+        """Do a lakeFS write whose answer may be lost, deciding from fresh state instead of repeating it.
+
+        :param operation: names the write in logs and errors.
+        :param write: does the write (given whether an earlier round's answer was lost) and returns
+            its outcome; it may read and decide again first.
+        :param reread: after a lost answer, the outcome if the state proves the write landed, else
+            ``None`` to run another round; it may raise when the state rules out both.
+        :raises LakeFSUnavailableError: when no round's outcome could be confirmed.
+        """
+        last: LakeFSUnavailableError | None = None
+        for _ in range(PUBLISH_ROUNDS):
+            try:
+                return write(last is not None)
+            except LakeFSUnavailableError as exc:
+                last = exc
+                self.log.warning("lakeFS %s: outcome unknown (%s); re-reading the state", operation, exc)
+                landed = reread(exc)
+                if landed is not None:
+                    return landed
+        assert last is not None
+        raise LakeFSUnavailableError(
+            f"lakeFS {operation} could not be confirmed: {last}",
+            status=last.status,
+            operation=last.operation or operation,
+        ) from last
+
+    def check_budget(self) -> None:
+        """Step 9: refuse to start publishing when less than the budget remains.
+
+        :raises PublishBudgetError: when too little time remains.
+        """
+        if self.publish_budget is None or self.deadline is None:
+            return
+        remaining = self.deadline - self.clock()
+        if remaining < self.publish_budget:
+            raise PublishBudgetError(
+                f"{remaining:.1f}s of execution_timeout remain, less than publish_budget "
+                f"{self.publish_budget:.1f}s: not publishing"
+            )
+
+    def delete_quietly(self, branch: str) -> None:
+        """Delete a branch of this attempt once; a failure is logged (the cleaner will delete it).
+
+        :param branch: the branch.
+        """
+        if branch in self._deleted:
+            return
+        self._deleted.add(branch)
+        try:
+            self.lakefs.delete_branch(self.repository, branch)
+        except LakeFenceError as exc:
+            self.log.warning("Could not delete staging branch %s: %s (the cleaner will)", branch, exc)

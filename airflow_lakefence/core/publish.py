@@ -1,0 +1,388 @@
+"""Steps 10 and 11: the publish fence decides, the publisher acts, then verifies what it did.
+
+:class:`Publisher` reads the target's HEAD, asks the decision table
+(:func:`~airflow_lakefence.core.fence.decide_publish`) and acts on its one answer: merge, no-op,
+replacement or relocation of an abandoned publication (by a hard reset, or by merges on a protected
+target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or failing closed. After
+acting it verifies (the merge's first parent, the HEAD after a reset) unless lakeFS's hard fence
+already checked the head server-side (docs/hard-fence.md).
+
+lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
+module turns each into what it means for the protocol.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
+from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.guard import AttemptGuard
+from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
+from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
+from airflow_lakefence.core.reporting import Log
+from airflow_lakefence.core.request import PublishRequest, read_target_head
+from airflow_lakefence.core.run_state import RunStatePort, reported_publication
+from airflow_lakefence.exceptions import (
+    HardFenceMissingError,
+    HardFenceRaceError,
+    LakeFSBadRequestError,
+    LakeFSBranchProtectedError,
+    LakeFSConflictError,
+    LakeFSDirtyBranchError,
+    LakeFSHardFenceRejectedError,
+    LakeFSHookRejectedError,
+    LakeFSNoChangesError,
+    LakeFSPreconditionFailedError,
+    LakeFSUnavailableError,
+    MergeHookRejectedError,
+    PublishFenceError,
+    PublishRaceError,
+)
+
+_ACTIONS_DIR = ACTION_PATH.split("/")[0] + "/"
+
+
+def supersedes(run_state: RunStatePort, head: HeadState, early: FenceDecision) -> dict[str, Any] | None:
+    """The successful publication this attempt is about to replace, if HEAD is one.
+
+    An earlier try of this run that reported HEAD as its output and was cleared afterwards (a
+    deliberate re-run) is *superseded*, not abandoned.
+
+    :param run_state: the run state (the publication an earlier try reported).
+    :param head: the target's HEAD.
+    :param early: the fence's decision on it before the job.
+    """
+    if early.action not in (Action.REPLACE, Action.RELOCATE):
+        return None
+    reported = reported_publication(run_state)
+    if reported is None or reported["output_ref"] != head.commit_id:
+        return None
+    return {"output_ref": head.commit_id, "try_number": reported.get("try_number")}
+
+
+class Publisher:
+    """Steps 10 and 11 of one attempt, and the hard fence it may rely on.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param guard: the attempt's guard.
+    :param log: where to log.
+    :param job_name: how messages name the job.
+    """
+
+    def __init__(
+        self, lakefs: LakeFSPort, request: PublishRequest, guard: AttemptGuard, log: Log, job_name: str
+    ) -> None:
+        self.lakefs = lakefs
+        self.request = request
+        self.guard = guard
+        self.log = log
+        self.job_name = job_name
+        # Whether lakeFS runs the hard fence on this attempt's merges (the input commit carries it),
+        # and whether the staged commit still carries it unchanged (then the merge needs no verify).
+        self.hard_fence = False
+        self.hard_fence_intact = False
+
+    # -- the hard fence (docs/hard-fence.md) ---------------------------------------------------
+
+    def check_hard_fence(self, input_commit: str) -> None:
+        """Before the job: does lakeFS run the hard fence on merges built on the input? (0 or 1 call).
+
+        :param input_commit: the input commit.
+        :raises HardFenceMissingError: with ``hard_fence="require"`` when it does not.
+        """
+        mode = self.request.hard_fence
+        if mode == "off":
+            return
+        check = check_ref(self.lakefs, self.request.repository, input_commit)
+        if not check.enforced and mode == "require":
+            raise HardFenceMissingError(f"hard_fence='require': {check.message}")
+        self.hard_fence = self.hard_fence_intact = check.enforced
+        # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
+        # keep it out: then the merge is still verified after acting.
+        prefixes = self.request.prefixes
+        unguarded = not prefixes or any(p.startswith(_ACTIONS_DIR) for p in prefixes)
+        if self.request.write_mode == "direct" and unguarded:
+            self.hard_fence_intact = False
+        self.log.info("Hard fence: %s", check.message)
+
+    def note_written(self, paths: Iterable[str]) -> None:
+        """The job wrote these workspace paths: one under the action's directory voids the hard fence.
+
+        :param paths: object paths.
+        """
+        self.hard_fence_intact = self.hard_fence_intact and not any(p.startswith(_ACTIONS_DIR) for p in paths)
+
+    # -- steps 10 and 11 -------------------------------------------------------------------------
+
+    def publish(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        early_head: HeadState,
+        superseded: Mapping[str, Any] | None = None,
+    ) -> tuple[FenceDecision, str]:
+        """Decide on the target's HEAD and act; return the decision and the output ref.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+        :param superseded: the successful publication this attempt replaces, if any.
+        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
+        """
+        changed = staged.id != input_commit
+        metadata = {
+            **(self.request.commit_metadata or {}),
+            **encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
+        }
+
+        def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
+            decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
+            failpoints.hit("after_publish_read")
+            self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
+            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head)
+
+        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
+            if answer_lost:
+                # The try may have been cleared while the answer was lost: never write for a stale try.
+                self.guard.check("before another publish round", staging)
+            # Every round reads the target afresh: a write that landed although its answer was lost
+            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
+            # merge acts at once on the head read before the job, and the target is read only when
+            # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
+            refused: PublishRaceError | None = None
+            if self.hard_fence and not answer_lost:
+                decision = decide_publish(early_head, input_commit, attempt, changed, staged.id)
+                optimistic = decision.action is Action.MERGE or (
+                    decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
+                )
+                if optimistic:
+                    try:
+                        return act_on(early_head, decision)
+                    except PublishRaceError as exc:
+                        # Refused by the fence, or a conflict with what moved the head: nothing landed.
+                        if not isinstance(exc, HardFenceRaceError) and not isinstance(
+                            exc.__cause__, LakeFSConflictError
+                        ):
+                            raise
+                        self.log.info("%s: reading the target to decide again", exc)
+                        refused = exc
+            head = read_target_head(self.lakefs, self.request)
+            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+            if refused is not None and decision.action is Action.FAIL_CLOSED:
+                # The fence lost the race to a writer the table cannot explain: say both.
+                raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
+            return act_on(head, decision)
+
+        return self.guard.settle("publish", publish_round, lambda _exc: None)
+
+    def _explain(
+        self,
+        head: HeadState,
+        decision: FenceDecision,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        superseded: Mapping[str, Any] | None,
+    ) -> FenceDecision:
+        """The decision with a reason for the person reading the log."""
+        if decision.action is Action.FAIL_CLOSED:
+            # The job ran: only the publication is refused (its output stays as evidence).
+            message = fail_closed_message(
+                head,
+                input_commit,
+                attempt,
+                self.request.target_branch,
+                before_job=False,
+                job_name=self.job_name,
+                kept_in=staging,
+            )
+            return dataclasses.replace(decision, reason=message)
+        if (
+            decision.action in (Action.REPLACE, Action.RELOCATE)
+            and superseded is not None
+            and superseded["output_ref"] == head.commit_id
+        ):
+            # A successful try's publication, cleared on purpose: superseded, not abandoned.
+            nothing = " and this try changed nothing" if decision.action is Action.RELOCATE else ""
+            return dataclasses.replace(
+                decision,
+                reason=f"target HEAD {head.commit_id} is the superseded publication of try "
+                f"{superseded['try_number']} (it succeeded; the task instance was cleared){nothing}",
+            )
+        return decision
+
+    def _act(
+        self,
+        decision: FenceDecision,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+    ) -> str:
+        # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
+        metadata = {**metadata, **expected_head_metadata(head.commit_id)}
+        if decision.action is Action.FAIL_CLOSED:
+            raise PublishFenceError(decision.reason, staging_branch=staging)
+        if decision.action is Action.MERGE:
+            return self._merge(attempt, staging, input_commit, staged, metadata, head)
+        if decision.action in (Action.REPLACE, Action.RELOCATE):
+            assert decision.output_ref is not None
+            if self.request.replace_by_merge:
+                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
+            return self._reset(decision.output_ref, attempt, staging, input_commit, staged, metadata, head)
+        if decision.action is Action.IDEMPOTENT:
+            # A previous round's write landed although its answer was lost.
+            assert decision.output_ref is not None
+            return decision.output_ref
+        return input_commit  # NOOP
+
+    def _merge(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+    ) -> str:
+        client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        try:
+            merge_ref = client.merge(repo, staged, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
+        except LakeFSHookRejectedError as exc:
+            raise self._hook_rejection(exc, head, staging) from exc
+        except LakeFSConflictError as exc:
+            raise PublishRaceError(
+                f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
+            ) from exc
+        except LakeFSPreconditionFailedError as exc:
+            # A 412 on a merge is a failed pre-merge hook whose message did not say so.
+            raise MergeHookRejectedError(
+                f"a pre-merge hook rejected the publication into {target!r} (action run unknown): {exc}. "
+                f"Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the repository's action "
+                "runs (lakectl actions runs list), fix what the hook rejects, then clear the task.",
+                staging_branch=staging,
+            ) from exc
+        except LakeFSNoChangesError as exc:
+            # The staged commit is already in the target: an earlier request landed late. Its
+            # outcome is re-read in the next round (the idempotent row), never merged again.
+            raise LakeFSUnavailableError(
+                f"merge answered 'no changes': {exc}", status=exc.status, operation="merge"
+            ) from exc
+        except LakeFSDirtyBranchError as exc:
+            raise PublishRaceError(
+                f"{target!r} has uncommitted changes: another writer is active on it; nothing merged. "
+                f"{WHAT_TO_DO} find the writer (one writer per target), then clear the task.",
+                staging_branch=staging,
+            ) from exc
+        except LakeFSBadRequestError as exc:
+            raise PublishFenceError(
+                f"lakeFS refused the merge into {target!r}: {exc}. Nothing merged; staging branch "
+                f"{staging!r} kept. {WHAT_TO_DO} read lakeFS's reason above, fix it, then clear the task.",
+                staging_branch=staging,
+            ) from exc
+        failpoints.hit("after_publish_action")
+        if self.hard_fence_intact:
+            return merge_ref  # lakeFS checked the first parent before the branch moved
+        merged = client.get_commit(repo, merge_ref)
+        if merged.parents[:1] != (input_commit,):
+            raise PublishRaceError(
+                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not the input "
+                f"{input_commit}: another writer raced the publish; {target!r} left as is",
+                staging_branch=staging,
+            )
+        return merge_ref
+
+    def _reset(
+        self,
+        output_ref: str,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+    ) -> str:
+        client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        try:
+            client.hard_reset(repo, target, output_ref)
+        except LakeFSBranchProtectedError:
+            self.log.info("%r is protected (no hard reset): replacing by merges", target)
+            return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
+        failpoints.hit("after_publish_action")
+        now = HeadState.of(client.get_commit(repo, target))
+        # A commit whose first parent is what was set came after the reset: not a race.
+        if output_ref not in (now.commit_id, now.first_parent):
+            raise PublishRaceError(
+                f"after resetting {target!r} to {output_ref} its HEAD is {now.commit_id}: another "
+                "writer raced the publish; left as is",
+                staging_branch=staging,
+            )
+        return output_ref
+
+    def _hook_rejection(self, exc: LakeFSHookRejectedError, head: HeadState, staging: str) -> PublishFenceError:
+        target = self.request.target_branch
+        if isinstance(exc, LakeFSHardFenceRejectedError):
+            return HardFenceRaceError(
+                f"lakeFS's hard fence refused the merge into {target!r}: it moved to {exc.found_head} since the "
+                f"fence read {head.commit_id}; nothing published, {target!r} left as the other writer left it "
+                f"(action run {exc.run_id})",
+                staging_branch=staging,
+            )
+        return MergeHookRejectedError(
+            f"a pre-merge hook of the repository rejected the publication into {target!r} (action run "
+            f"{exc.run_id}): {exc}. Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the hook "
+            f"run (lakectl actions runs describe lakefs://{self.request.repository} {exc.run_id}), fix what it "
+            "rejects, then clear the task.",
+            staging_branch=staging,
+        )
+
+    def _replace_by_merge(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+    ) -> str:
+        repo, target = self.request.repository, self.request.target_branch
+        try:
+            outcome = replace_by_merge(
+                self.lakefs,
+                repository=repo,
+                target=target,
+                head=head,
+                input_commit=input_commit,
+                staged_commit=staged,
+                temp_branch=temp_branch_name(staging),
+                message=self.request.message(ROLE_PUBLISH, attempt),
+                metadata=metadata,
+            )
+        except LakeFSHookRejectedError as exc:
+            raise self._hook_rejection(exc, head, staging) from exc
+        failpoints.hit("after_publish_action")
+        if outcome.calls and not self.hard_fence_intact:
+            merged = self.lakefs.get_commit(repo, outcome.output_ref)
+            if merged.parents[:1] != (head.commit_id,):
+                raise PublishRaceError(
+                    f"merge commit {outcome.output_ref} has first parent {merged.parents[:1]}, not the replaced "
+                    f"publication {head.commit_id}: another writer raced the publish; {target!r} left as is",
+                    staging_branch=staging,
+                )
+        return outcome.output_ref

@@ -1,0 +1,238 @@
+"""What one attempt is asked to do, and step 1 of the protocol: check it before any write.
+
+:class:`PublishRequest` holds the adapter's rendered arguments; :meth:`PublishRequest.validated`
+checks every value that needs no lakeFS call. :func:`read_target_head` and :func:`check_input`
+finish step 1 against lakeFS: the target exists, and the input is a commit the target is built on
+(the target's HEAD, or an ancestor of it), so an input the protocol cannot build on is refused as
+:class:`~airflow_lakefence.exceptions.InputRefError` before the staging branch exists.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from airflow_lakefence.core.fence import Action, HeadState, decide_publish
+from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.metadata import check_user_metadata
+from airflow_lakefence.core.naming import is_valid_branch_name, validate_staging_prefix
+from airflow_lakefence.core.ports import LakeFSPort
+from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSNotFoundError
+
+WRITE_MODES = ("direct", "workspace")
+#: ``replace``: after publishing, each declared output prefix holds exactly this attempt's output;
+#: ``upsert``: the attempt's files are added to (or overwrite) what the input held there.
+OUTPUT_MODES = ("replace", "upsert")
+#: ``hard_fence`` modes: never rely on it, rely on it when the input carries it, or refuse to run without it.
+HARD_FENCE_MODES = ("off", "auto", "require")
+
+_REPOSITORY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+_REF_RE = re.compile(r"^[^\s\x00-\x1f]{1,1024}$")
+_PIN_DOC = "docs/output-correctness.md#the-input-pin"
+
+
+def seconds(value: timedelta | float | None, name: str) -> float | None:
+    """A duration in seconds.
+
+    :param value: a ``timedelta``, a number of seconds or ``None``.
+    :param name: the argument's name, for the message.
+    :raises InvalidInputError: if it is negative.
+    """
+    if value is None:
+        return None
+    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if result < 0:
+        raise InvalidInputError(f"{name} must not be negative, got {result}")
+    return result
+
+
+def normalise_prefixes(prefixes: Sequence[str] | None) -> tuple[str, ...]:
+    """Output prefixes as ``("a/b/", ...)``.
+
+    :param prefixes: the declared prefixes, ``None`` for none.
+    :raises InvalidInputError: for a string instead of a list, or an empty prefix.
+    """
+    if prefixes is None:
+        return ()
+    if isinstance(prefixes, str):
+        raise InvalidInputError("output_prefixes must be a list of path prefixes, not a string")
+    result = []
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not prefix.strip("/"):
+            raise InvalidInputError(f"output prefix {prefix!r} must be a non-empty path")
+        result.append(prefix.strip("/") + "/")
+    return tuple(result)
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    """What one attempt is asked to do (the adapter's rendered arguments).
+
+    :param repository: the lakeFS repository.
+    :param target_branch: the branch to publish into.
+    :param input_ref: the commit (or branch, tag) the job reads and builds on.
+    :param write_mode: ``workspace`` (a local directory the engine uploads) or ``direct`` (the job
+        writes into the staging branch itself).
+    :param read_only: run the job against the input and write nothing.
+    :param output_prefixes: if non-empty, every changed path must lie under one of them.
+    :param output_mode: ``replace`` (default): objects under the declared prefixes that the job did not
+        write are deleted in the staging branch, so each prefix holds exactly this attempt's output;
+        ``upsert``: they are kept.
+    :param commit_message: the staging and merge commit message; a default names the attempt.
+    :param commit_metadata: extra commit metadata (``lakefence.*`` keys are reserved).
+    :param staging_prefix: the first part of staging branch names.
+    :param workspace_dir: the parent of the per-attempt workspace; a temporary directory if ``None``.
+    :param workspace_check: called with the workspace after the job; raising rejects the output.
+    :param allow_empty_workspace: accept a job that wrote no file.
+    :param publish_budget: seconds the publish needs; refused when less remains before ``deadline``.
+    :param deadline: the ``time.monotonic()`` at which the task will be killed, if any.
+    :param hard_fence: ``off`` (the soft fence only), ``auto`` (rely on the hard fence when the input
+        commit carries it: one extra read before the job) or ``require`` (fail before the job when it
+        does not); docs/hard-fence.md.
+    :param replace_by_merge: replace or relocate an abandoned publication by merges instead of a hard
+        reset (done anyway when the target is protected).
+    """
+
+    repository: str
+    target_branch: str
+    input_ref: str
+    write_mode: str = "workspace"
+    read_only: bool = False
+    output_prefixes: Sequence[str] | None = None
+    output_mode: str = "replace"
+    commit_message: str | None = None
+    commit_metadata: Mapping[str, str] | None = None
+    staging_prefix: str = "lakefence"
+    workspace_dir: str | None = None
+    workspace_check: Callable[[Path], None] | None = None
+    allow_empty_workspace: bool = False
+    publish_budget: float | None = None
+    deadline: float | None = None
+    hard_fence: str = "off"
+    replace_by_merge: bool = False
+
+    def validated(self) -> PublishRequest:
+        """Step 1: check every value before any write; return the request with normalised prefixes.
+
+        :raises InvalidInputError: (or :class:`InputRefError`) naming the bad value.
+        """
+        if not isinstance(self.repository, str) or not _REPOSITORY_RE.fullmatch(self.repository):
+            raise InvalidInputError(f"repository {self.repository!r} is not a valid lakeFS repository name")
+        if not isinstance(self.target_branch, str) or not is_valid_branch_name(self.target_branch):
+            raise InvalidInputError(f"target_branch {self.target_branch!r} is not a valid lakeFS branch name")
+        if not isinstance(self.input_ref, str) or not _REF_RE.fullmatch(self.input_ref):
+            raise InputRefError(f"input_ref {self.input_ref!r} is not a ref (a commit id, branch or tag)")
+        if self.write_mode not in WRITE_MODES:
+            raise InvalidInputError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
+        if self.output_mode not in OUTPUT_MODES:
+            raise InvalidInputError(f"output_mode must be one of {OUTPUT_MODES}, got {self.output_mode!r}")
+        if self.hard_fence not in HARD_FENCE_MODES:
+            raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {self.hard_fence!r}")
+        try:
+            metadata = check_user_metadata(self.commit_metadata)
+            validate_staging_prefix(self.staging_prefix)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        return dataclasses.replace(
+            self, output_prefixes=normalise_prefixes(self.output_prefixes), commit_metadata=metadata
+        )
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """The declared output prefixes (normalised by :meth:`validated`)."""
+        return tuple(self.output_prefixes or ())
+
+    def message(self, role: str, attempt: AttemptId) -> str:
+        """The staging or publishing commit's message: the user's, or one naming the attempt.
+
+        :param role: ``stage`` or ``publish``.
+        :param attempt: this attempt.
+        """
+        return self.commit_message or f"lakefence: {role} {attempt.key.task_id} try {attempt.try_number}"
+
+
+def read_target_head(lakefs: LakeFSPort, request: PublishRequest) -> HeadState:
+    """Step 1: the target's HEAD (proves that the repository and the target exist).
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :raises InvalidInputError: if the repository or the target branch does not exist.
+    """
+    try:
+        return HeadState.of(lakefs.get_commit(request.repository, request.target_branch))
+    except LakeFSNotFoundError as exc:
+        raise InvalidInputError(
+            f"target branch {request.target_branch!r} or repository {request.repository!r} not found"
+        ) from exc
+
+
+def resolve_input(lakefs: LakeFSPort, request: PublishRequest) -> str:
+    """The commit id ``input_ref`` names (one lakeFS call).
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :raises InputRefError: if it names nothing in the repository.
+    """
+    try:
+        return lakefs.get_commit(request.repository, request.input_ref).id
+    except LakeFSNotFoundError as exc:
+        raise InputRefError(
+            f"input_ref {request.input_ref!r} not found in repository {request.repository!r}"
+        ) from exc
+
+
+def check_input(
+    lakefs: LakeFSPort, request: PublishRequest, head: HeadState, attempt: AttemptId, pinned: str | None
+) -> str:
+    """Step 1: the input commit, proven to be one the target is built on, before any write.
+
+    No lakeFS call in the usual cases: the input is the pinned commit of an earlier try, the
+    target's HEAD (by id or by the target's own name), HEAD's first parent or the input of a
+    replacement chain, all of which the publish fence's table recognises from HEAD and its record.
+    Only when the table would refuse does it resolve ``input_ref`` (one call) and ask lakeFS for
+    the merge base of the input and the target (one call): an input that is not an ancestor of the
+    target's HEAD (another branch's commit, say) can never be published there. An ancestor further
+    down is returned: the target moved since the input was pinned, which the caller refuses as the
+    publish fence does.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param head: the target's HEAD read in step 1.
+    :param attempt: this attempt (the fence's table needs it).
+    :param pinned: the commit an earlier try of the run pinned, if any.
+    :return: the input commit id.
+    :raises InputRefError: if ``input_ref`` is unknown, or not on the target's history.
+    """
+    if pinned is not None:
+        candidate = pinned
+    elif request.input_ref == request.target_branch:
+        candidate = head.commit_id
+    else:
+        candidate = request.input_ref
+    if _buildable(head, candidate, attempt):
+        return candidate
+    commit = candidate if pinned is not None else resolve_input(lakefs, request)
+    if commit != candidate and _buildable(head, commit, attempt):
+        return commit
+    if lakefs.merge_base(request.repository, commit, request.target_branch) == commit:
+        return commit
+    source = f"input_ref {request.input_ref!r} (commit {commit})"
+    if pinned is not None:
+        source = f"the pinned input {commit} (input_ref {request.input_ref!r})"
+    raise InputRefError(
+        f"{source} is not on the history of {request.target_branch!r} (HEAD {head.commit_id}): it is neither the "
+        "target's HEAD nor an ancestor of it, so nothing built on it can be published there; nothing was written. "
+        f"What to do: pass a commit of {request.target_branch!r} as input_ref (its HEAD, e.g. resolved by "
+        "LakeFSResolveRefOperator from the target branch), or publish into the branch the input belongs to; if an "
+        f"earlier try pinned the wrong input, delete the input pin ({_PIN_DOC}) and clear the task."
+    )
+
+
+def _buildable(head: HeadState, input_commit: str, attempt: AttemptId) -> bool:
+    return decide_publish(head, input_commit, attempt, True, input_commit).action is not Action.FAIL_CLOSED
