@@ -34,6 +34,7 @@ HARD_FENCE_MODES = ("off", "auto", "require")
 
 _REPOSITORY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 _REF_RE = re.compile(r"^[^\s\x00-\x1f]{1,1024}$")
+_COMMIT_ID_RE = re.compile(r"^[0-9a-f]{64}$")
 _PIN_DOC = "docs/output-correctness.md#the-input-pin"
 
 
@@ -195,11 +196,11 @@ def check_input(
     No lakeFS call in the usual cases: the input is the pinned commit of an earlier try, the
     target's HEAD (by id or by the target's own name), HEAD's first parent or the input of a
     replacement chain, all of which the publish fence's table recognises from HEAD and its record.
-    Only when the table would refuse does it resolve ``input_ref`` (one call) and ask lakeFS for
-    the merge base of the input and the target (one call): an input that is not an ancestor of the
-    target's HEAD (another branch's commit, say) can never be published there. An ancestor further
-    down is returned: the target moved since the input was pinned, which the caller refuses as the
-    publish fence does.
+    Only when the table would refuse does it ask lakeFS for the merge base of the input and the
+    target (one call; one more first to resolve an ``input_ref`` that is not a commit id): an input
+    that is not an ancestor of the target's HEAD (another branch's commit, say) can never be
+    published there. An ancestor further down is returned: the target moved since the input was
+    pinned, which the caller refuses as the publish fence does.
 
     :param lakefs: the lakeFS port.
     :param request: the validated request.
@@ -217,11 +218,18 @@ def check_input(
         candidate = request.input_ref
     if _buildable(head, candidate, attempt):
         return candidate
-    commit = candidate if pinned is not None else resolve_input(lakefs, request)
+    # A commit id needs no resolving: the merge base proves that it exists (or answers 404).
+    known = pinned is not None or _COMMIT_ID_RE.fullmatch(candidate) is not None
+    commit = candidate if known else resolve_input(lakefs, request)
     if commit != candidate and _buildable(head, commit, attempt):
         return commit
-    if lakefs.merge_base(request.repository, commit, request.target_branch) == commit:
-        return commit
+    try:
+        if lakefs.merge_base(request.repository, commit, request.target_branch) == commit:
+            return commit
+    except LakeFSNotFoundError as exc:
+        raise InputRefError(
+            f"input_ref {request.input_ref!r} (commit {commit}) not found in repository {request.repository!r}"
+        ) from exc
     source = f"input_ref {request.input_ref!r} (commit {commit})"
     if pinned is not None:
         source = f"the pinned input {commit} (input_ref {request.input_ref!r})"

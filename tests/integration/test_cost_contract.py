@@ -78,8 +78,9 @@ CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "relocate": (_BEFORE_RETRY, {"commit": 1, "getCommit": 3, "hardResetBranch": 1, "deleteBranch": 1}),
     # The staging branch is kept as evidence, marked by one more (empty) commit: no delete.
     "fail_closed": (_BEFORE, {"commit": 2, "getCommit": 1}),
-    # The target already moved past the input: refused before spending a Spark job.
-    "fail_closed_before_job": ({"getCommit": 1, "createBranch": 1, "deleteBranch": 1}, {}),
+    # The target already moved past the input: refused before spending a Spark job, and before any
+    # write (the merge base proves the input an ancestor of the target, not another branch's commit).
+    "fail_closed_before_job": ({"getCommit": 1, "findMergeBase": 1}, {}),
 }
 MAX_CALLS_PER_ATTEMPT = 8
 MAX_CALLS_AFTER_JOB = 5
@@ -91,6 +92,8 @@ MAX_API_CALLS_PER_CHECK = 2
 #: and, on a first try, written; a retry also reads the evidence list and the reported publication.
 ARM_FIRST_TRY = {"SetTaskStateStore": 2, "GetTaskStateStore": 1}
 ARM_RETRY = {"SetTaskStateStore": 1, "GetTaskStateStore": 3}
+#: A first try refused before the job: armed, the pin read, and not written (nothing is written).
+ARM_REFUSED = {"SetTaskStateStore": 1, "GetTaskStateStore": 1}
 #: A try that publishes records what it reports in the run state right after its last fence check.
 REPORT_RECORD = {"SetTaskStateStore": 1}
 
@@ -663,7 +666,7 @@ def test_fail_closed_before_the_job(
     assert isinstance(dags.FAILURES[("lf_cost_direct", 1)], PublishFenceError)
     assert server.get_commit(run.target).id == run.foreign[0]
     assert_contract(run.attempts[1], "fail_closed_before_job")
-    assert run.attempts[1].fence_arm == ARM_FIRST_TRY and run.attempts[1].fence_checks == []
+    assert run.attempts[1].fence_arm == ARM_REFUSED and run.attempts[1].fence_checks == []
 
 
 # -- what configuration adds -------------------------------------------------------------------

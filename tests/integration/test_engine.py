@@ -20,9 +20,10 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.cleanup import evidence_metadata
 from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, PublishEngine, PublishRequest
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.merge_only import TEMP_SUFFIX
 from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.core.run_state import PUBLISHED_KEY, MemoryRunState
+from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_name
+from airflow_lakefence.core.run_state import PIN_KEY, PUBLISHED_KEY, MemoryRunState
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -180,6 +181,7 @@ class Run:
     read_only: bool = False
     map_index: int = -1
     run_state: MemoryRunState | None = None
+    replace_by_merge: bool = False
     seen: list[AttemptLocations] = field(default_factory=list)
     reported: list[Any] = field(default_factory=list)
 
@@ -207,6 +209,7 @@ class Run:
             allow_empty_workspace=self.allow_empty,
             publish_budget=self.budget,
             deadline=self.deadline,
+            replace_by_merge=self.replace_by_merge,
         )
         return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
 
@@ -284,6 +287,75 @@ def test_a_foreign_commit_before_the_job_fails_before_running_it(world: World) -
     assert run.seen == []
     assert world.head().id == foreign
     assert world.branches() == []
+    assert world.port.calls.get("create_branch", 0) == 0  # refused before any write
+
+
+@pytest.mark.parametrize("given", ["commit", "branch", "pinned"])
+def test_an_input_the_target_is_not_built_on_is_refused_before_any_write(world: World, given: str) -> None:
+    """A commit of another branch, while the target never moved: no publication can ever build on it."""
+    world.port.inner.create_branch(world.repository, "other", "main")
+    elsewhere = world.write("other", {"other.txt": "x"}, "another branch")
+    state = MemoryRunState()
+    if given == "pinned":  # an earlier try pinned it: the same answer, from the pin
+        state.set(PIN_KEY, {"ref": "other", "commit": elsewhere})
+    run = Run(world, input_ref=elsewhere if given == "commit" else "other", run_state=state)
+    with pytest.raises(InputRefError) as info:
+        run()
+    message = str(info.value)
+    assert f"is not on the history of 'main' (HEAD {world.input})" in message
+    assert "nothing was written" in message and "What to do:" in message
+    assert "reset the target by hand" not in message
+    assert run.seen == [] and run.reported == []
+    assert world.head().id == world.input
+    assert world.branches() == []
+    assert world.port.calls.get("create_branch", 0) == 0
+    # Extra reads only on this refusal: one merge base, and resolving a branch name first.
+    assert world.port.calls.get("merge_base") == 1
+    assert world.port.calls.get("get_commit") == (2 if given == "branch" else 1)
+
+
+def test_an_unknown_commit_id_is_refused_before_any_write(world: World) -> None:
+    run = Run(world, input_ref="0" * 64)
+    with pytest.raises(InputRefError, match="not found in repository"):
+        run()
+    assert run.seen == [] and world.branches() == [] and world.port.calls.get("create_branch", 0) == 0
+
+
+def test_an_input_the_target_is_built_on_costs_no_extra_read(world: World) -> None:
+    """HEAD is the input (by id, or by the target's own name): no resolution, no merge base."""
+    calls = []
+    for input_ref in (world.input, "main"):
+        world.port.calls.clear()
+        result = Run(world, input_ref=input_ref, files={}, allow_empty=True)()
+        assert (result.decision, result.input_ref) == ("noop", world.input)
+        calls.append(dict(world.port.calls))
+    # The target's HEAD (step 1), the staging branch's HEAD ("no changes"), the publish fence's read.
+    assert calls[0] == calls[1] and calls[0]["get_commit"] == 3 and "merge_base" not in calls[0]
+
+
+def test_a_retry_removes_the_temporary_branch_of_a_killed_merge_only_replacement(world: World) -> None:
+    if isinstance(world, MemoryWorld):
+        pytest.skip("the in-memory lakeFS has no revert (merge-only replacement runs on the lakeFS backends)")
+    failpoints.arm("after_verify", crash)
+    with pytest.raises(Crash):
+        Run(world, files={"out/try1.txt": "1"})()  # try 1 publishes and dies: an abandoned publication
+    failpoints.disarm_all()
+
+    def killed_inside_the_replacement() -> None:
+        # Killed (no clean-up runs): the temporary branch's deletion dies too.
+        world.port.before["delete_branch"] = crash
+        raise Crash
+
+    world.port.before["revert"] = killed_inside_the_replacement
+    with pytest.raises(Crash):
+        Run(world, try_number=2, files={"out/try2.txt": "2"}, replace_by_merge=True)()
+    left = world.branches()
+    temporary = [name for name in left if name.endswith(TEMP_SUFFIX)]
+    assert len(temporary) == 1 and parse_staging_branch_name(temporary[0].removesuffix(TEMP_SUFFIX))
+    result = Run(world, try_number=3, files={"out/try3.txt": "3"}, replace_by_merge=True)()
+    assert result.decision == "replace"
+    assert world.tree("main") == {"in/data.txt": "input", "out/try3.txt": "3"}
+    assert world.branches() == []  # try 2's staging branch and its temporary branch are gone
 
 
 def test_a_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(world: World) -> None:
