@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import lakefs.exceptions
 import lakefs_sdk.exceptions
@@ -19,9 +21,12 @@ from airflow_lakefence.exceptions import (
     LakeFSBadRequestError,
     LakeFSConflictError,
     LakeFSConnectionError,
+    LakeFSDirtyBranchError,
     LakeFSError,
+    LakeFSNoChangesError,
     LakeFSNotFoundError,
     LakeFSPreconditionFailedError,
+    LakeFSRepositoryNotFoundError,
     LakeFSUnavailableError,
 )
 from airflow_lakefence.lakefs_client import translate_error
@@ -101,6 +106,51 @@ def test_transport_errors_are_unavailable(transport: BaseException) -> None:
     assert isinstance(translated, LakeFSConnectionError)
     assert isinstance(translated, LakeFSUnavailableError)
     assert translated.status is None
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "expected"),
+    [
+        (400, "commit: no changes", LakeFSNoChangesError),
+        (400, "no changes", LakeFSNoChangesError),
+        (400, "main: uncommitted changes (dirty branch)", LakeFSDirtyBranchError),
+        (400, "invalid value: name", LakeFSBadRequestError),
+        (404, "repository not found", LakeFSRepositoryNotFoundError),
+        (404, "not found", LakeFSNotFoundError),
+    ],
+)
+def test_answers_told_apart_only_by_their_message_get_their_own_class(
+    status: int, message: str, expected: type
+) -> None:
+    """The one place that reads lakeFS's words: above the adapter, the class says it all."""
+    server_exc = lakefs.exceptions.ServerException(status, "r", json.dumps({"message": message}))
+    translated = translate_error(server_exc, "merge", "x")
+    assert type(translated) is expected
+    assert translated.server_message == message
+    assert isinstance(translated, LakeFSBadRequestError if status == 400 else LakeFSNotFoundError)
+
+
+def test_every_exception_class_of_the_package_is_in_exceptions_py() -> None:
+    """Except the local lakeFS server's HTTP answer (``ApiError``, its own wire format) and the
+    proxy's internal signal (``_Dropped``): neither ever reaches a user of the package."""
+    package = Path(exc_mod.__file__).parent
+    allowed = {("testing/lakefs_server/_errors.py", "ApiError"), ("testing/proxy.py", "_Dropped")}
+    elsewhere = []
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or relative == "exceptions.py":
+                continue
+            bases = [ast.unparse(base) for base in node.bases]
+            if any(base.endswith(("Error", "Exception")) for base in bases):
+                if (relative, node.name) not in allowed:
+                    elsewhere.append(f"{relative}:{node.name}")
+    assert elsewhere == []
+
+
+def test_the_docstring_draws_every_class() -> None:
+    tree = exc_mod.__doc__ or ""
+    assert [name for name in exc_mod.__all__ if f" {name}" not in tree] == []
 
 
 def test_one_root() -> None:
