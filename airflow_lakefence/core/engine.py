@@ -140,12 +140,7 @@ class PublishEngine:
         req, tell = self.request, reporter or SilentReporter()
         if req.read_only:
             return self._run_read_only(job, tell)
-        guard = AttemptGuard(
-            self.lakefs, self.fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
-        )
-        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
-        publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
-        evidence = Evidence(self.lakefs, self.run_state, req.repository, req.staging_prefix, self.log)
+        guard, area, publisher, evidence = self._parts()
         target_head = read_target_head(self.lakefs, req)  # step 1: repository and target exist
         self.fence.arm()  # step 2
         attempt = self.fence.attempt
@@ -211,6 +206,17 @@ class PublishEngine:
             if not evidence.kept(staging):
                 guard.delete_quietly(staging)  # step 12: delete S
 
+    def _parts(self) -> tuple[AttemptGuard, StagingArea, Publisher, Evidence]:
+        """The attempt's collaborators, one per concern (built per run: they hold the attempt's state)."""
+        req = self.request
+        guard = AttemptGuard(
+            self.lakefs, self.fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
+        )
+        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
+        publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
+        evidence = Evidence(self.lakefs, self.run_state, req.repository, req.staging_prefix, self.log)
+        return guard, area, publisher, evidence
+
     def _job_and_output(
         self, job: Job, area: StagingArea, publisher: Publisher, attempt: AttemptId, staging: str, input_commit: str
     ) -> Workspace:
@@ -257,8 +263,7 @@ class PublishEngine:
         if input_commit is None:
             input_commit = resolve_input(self.lakefs, req)
             pin_input(self.run_state, req.input_ref, input_commit)
-        guard = AttemptGuard(self.lakefs, self.fence, req.repository, self.log, self.clock)
-        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
+        _guard, area, _publisher, _evidence = self._parts()
         with area.workspace_dir(None) as directory:
             locations = AttemptLocations(req.repository, req.target_branch, input_commit, None, directory, "read_only")
             area.run_job(job, locations)
