@@ -34,7 +34,6 @@ from airflow_lakefence.exceptions import (
     LakeFSConnectionError,
     OutputPrefixError,
     PublishBudgetError,
-    PublishFenceError,
     SparkJobError,
     WorkspaceError,
 )
@@ -53,7 +52,6 @@ WRITE_OPERATIONS = frozenset(
     }
 )  # fmt: skip
 CREATED_AND_DELETED = {"createBranch": 1, "deleteBranch": 1}
-REFUSED_CREATE = {"createBranch": 1}  # lakeFS answered 404 for the unknown source: nothing created
 WRONG_SECRET = "wrong-secret-0123456789abcdef"
 JOB = {"files": {"out/a.txt": "A"}}
 
@@ -106,17 +104,14 @@ def _without(variable: str) -> Callable[[pytest.MonkeyPatch, World], None]:
 RUNTIME: dict[str, Case] = {
     "unknown repository": Case(lambda w: {"repository": "no-such-repository"}, InvalidInputError),
     "unknown target branch": Case(lambda w: {"target": "no-such-branch"}, InvalidInputError),
-    "unknown input ref": Case(lambda w: {"input_ref": "no-such-ref"}, InputRefError, REFUSED_CREATE),
-    "unknown input commit id": Case(lambda w: {"input_ref": "f" * 64}, InputRefError, REFUSED_CREATE),
-    "input ref past the history (not a commit)": Case(
-        lambda w: {"input_ref": "main~50"}, InputRefError, REFUSED_CREATE
-    ),
+    # Resolved (or, for a commit id, checked by one merge-base read) before any write.
+    "unknown input ref": Case(lambda w: {"input_ref": "no-such-ref"}, InputRefError),
+    "unknown input commit id": Case(lambda w: {"input_ref": "f" * 64}, InputRefError),
+    "input ref past the history (not a commit)": Case(lambda w: {"input_ref": "main~50"}, InputRefError),
     "input ref not a string (wrong XCom)": Case(lambda w: {"input_ref": {"commit": w.input_commit}}, InputRefError),
     "input ref missing (no upstream XCom)": Case(lambda w: {"input_ref": None}, InputRefError),
     "input ref with whitespace": Case(lambda w: {"input_ref": "main branch"}, InputRefError),
-    "input ref not on the target's history": Case(
-        lambda w: {"input_ref": w.side_commit}, PublishFenceError, CREATED_AND_DELETED
-    ),
+    "input ref not on the target's history": Case(lambda w: {"input_ref": w.side_commit}, InputRefError),
     "invalid branch characters": Case(lambda w: {"target": "feature/new data"}, InvalidInputError),
     "empty target branch": Case(lambda w: {"target": ""}, InvalidInputError),
     "oversized target branch": Case(lambda w: {"target": "b" * 300}, InvalidInputError),
