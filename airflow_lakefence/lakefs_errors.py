@@ -6,7 +6,8 @@
 tells apart only in its message get their own classes here: "no changes" and a dirty branch (both
 400), a protected branch (403), a missing repository (404), a pre-merge hook's rejection and the
 hard fence's own (412). Every translated error carries the server's own words in
-:attr:`~airflow_lakefence.exceptions.LakeFSError.server_message`.
+:attr:`~airflow_lakefence.exceptions.LakeFSError.server_message`. :func:`transport_cause` names
+what failed below a "no response" error (refused, timed out, TLS), for the connection test.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from airflow_lakefence.exceptions import (
     LakeFSUnavailableError,
 )
 
-__all__ = ["CAUGHT", "translate_error"]
+__all__ = ["CAUGHT", "translate_error", "transport_cause"]
 
 _STATUS_TO_ERROR: dict[int, type[LakeFSError]] = {
     400: LakeFSBadRequestError,
@@ -132,3 +133,29 @@ def translate_error(exc: BaseException, operation: str, what: str) -> LakeFSErro
             f"lakeFS {operation} on {what}: no response ({type(exc).__name__})", operation=operation
         )
     return LakeFSError(f"lakeFS {operation} on {what} failed: {type(exc).__name__}", operation=operation)
+
+
+def transport_cause(exc: BaseException) -> str:
+    """Name the transport failure below a translated "no response" error, with what to check.
+
+    :param exc: a :class:`~airflow_lakefence.exceptions.LakeFSConnectionError` (its cause chain is read).
+    """
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        reason = getattr(seen, "reason", None)
+        seen = reason if isinstance(reason, BaseException) else (seen.__cause__ or seen.__context__)
+    text = " ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
+    if "certificate" in text or "ssl" in text:
+        return (
+            "the TLS handshake failed (certificate not trusted?); fix the certificate, or switch "
+            "'Verify TLS' off only for a test server with a self-signed certificate"
+        )
+    if "refused" in text:
+        return "connection refused: nothing listens on that port; check the host and port, and that lakeFS runs"
+    if "timed out" in text or "timeout" in text:
+        return "no answer before the timeout; check the host, port, firewall and the 'timeout' extra"
+    if "name or service not known" in text or "nodename" in text or "resolution" in text or "getaddrinfo" in text:
+        return "the host name does not resolve; check the endpoint URL"
+    return f"no response ({chain[-1].__class__.__name__}); check the host and port, and that lakeFS runs"

@@ -20,6 +20,7 @@ from airflow_lakefence.exceptions import (
 )
 from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_errors import transport_cause
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -218,7 +219,7 @@ class LakeFSHook(BaseHook):
                 f"the access key id ({self._connection.login!r}) and the secret access key"
             )
         except LakeFSConnectionError as exc:
-            return False, f"Cannot reach lakeFS at {_host_port(endpoint)} ({endpoint}): {_transport_cause(exc)}"
+            return False, f"Cannot reach lakeFS at {_host_port(endpoint)} ({endpoint}): {transport_cause(exc)}"
         except LakeFSError as exc:
             status = f"HTTP {exc.status}" if exc.status is not None else "no status"
             return False, f"lakeFS at {endpoint} answered the connection test with an error ({status}): {exc}"
@@ -237,26 +238,3 @@ def _host_port(endpoint: str) -> str:
     parsed = urllib.parse.urlsplit(endpoint)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return f"{parsed.hostname}:{port}"
-
-
-def _transport_cause(exc: BaseException) -> str:
-    """Name the transport failure below a translated "no response" error, with what to check."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        reason = getattr(seen, "reason", None)
-        seen = reason if isinstance(reason, BaseException) else (seen.__cause__ or seen.__context__)
-    text = " ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
-    if "certificate" in text or "ssl" in text:
-        return (
-            "the TLS handshake failed (certificate not trusted?); fix the certificate, or switch "
-            "'Verify TLS' off only for a test server with a self-signed certificate"
-        )
-    if "refused" in text:
-        return "connection refused: nothing listens on that port; check the host and port, and that lakeFS runs"
-    if "timed out" in text or "timeout" in text:
-        return "no answer before the timeout; check the host, port, firewall and the 'timeout' extra"
-    if "name or service not known" in text or "nodename" in text or "resolution" in text or "getaddrinfo" in text:
-        return "the host name does not resolve; check the endpoint URL"
-    return f"no response ({chain[-1].__class__.__name__}); check the host and port, and that lakeFS runs"
