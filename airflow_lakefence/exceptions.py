@@ -14,6 +14,7 @@ __all__ = [
     "HardFenceRaceError",
     "InputRefError",
     "InvalidInputError",
+    "JobEnvironmentError",
     "JobError",
     "LakeFSAuthError",
     "LakeFSBadRequestError",
@@ -32,6 +33,7 @@ __all__ = [
     "PublishBudgetError",
     "PublishFenceError",
     "PublishRaceError",
+    "S3AConfigError",
     "SparkJobError",
     "StaleAttemptError",
     "WorkspaceError",
@@ -50,12 +52,20 @@ class InputRefError(InvalidInputError):
     """The input ref does not exist, is not a commit, or cannot be the base of the target."""
 
 
+class S3AConfigError(InvalidInputError):
+    """The S3A set-up cannot work: no hadoop-aws, or one that does not match Spark's Hadoop."""
+
+
 class WorkspaceError(LakeFenceError):
     """The workspace directory is missing, unreadable or not what the write mode expects."""
 
 
 class JobError(LakeFenceError):
     """The attempt's job (a Spark application, a Python function) failed; nothing was staged or published."""
+
+
+class JobEnvironmentError(LakeFenceError, RuntimeError):
+    """Raised inside a job: its environment lacks what the operator passes (locations, credentials, S3A)."""
 
 
 class SparkJobError(JobError):

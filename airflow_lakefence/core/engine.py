@@ -33,6 +33,7 @@ from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.locations import AttemptLocations as AttemptLocations  # re-exported: its old home
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
@@ -210,27 +211,6 @@ class PublishRequest:
         return dataclasses.replace(
             self, output_prefixes=normalise_prefixes(self.output_prefixes), commit_metadata=metadata
         )
-
-
-@dataclass(frozen=True)
-class AttemptLocations:
-    """Where the attempt's job reads and writes.
-
-    :param repository: the lakeFS repository.
-    :param target_branch: the branch the output will be published into (never written by the job).
-    :param input_commit: the resolved input commit id: read this, never a branch.
-    :param staging_branch: the attempt's private branch (``direct`` mode writes here); ``None``
-        when read-only.
-    :param workspace: the attempt's fresh local directory (``workspace`` mode), else ``None``.
-    :param write_mode: ``workspace``, ``direct`` or ``read_only``.
-    """
-
-    repository: str
-    target_branch: str
-    input_commit: str
-    staging_branch: str | None
-    workspace: Path | None
-    write_mode: str
 
 
 @dataclass(frozen=True)

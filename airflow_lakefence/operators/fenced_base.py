@@ -21,12 +21,12 @@ from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
 from airflow_lakefence.core.engine import (
     HARD_FENCE_MODES,
-    AttemptLocations,
     PublishEngine,
     PublishRequest,
     PublishResult,
     seconds,
 )
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook

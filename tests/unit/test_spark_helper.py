@@ -10,7 +10,7 @@ from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.spark import (
     COMMITTER_SETTINGS,
     JobEnvironmentError,
-    LakefenceJob,
+    LakeFenceJob,
     S3AConfigError,
     configure_s3a,
     directory_marker_candidates,
@@ -237,7 +237,7 @@ def test_session_configures_s3a_and_refuses_direct_mode_without_it(monkeypatch: 
             return self.spark
 
     cleaned: list[set[str]] = []
-    monkeypatch.setattr(LakefenceJob, "remove_directory_markers", lambda self: cleaned.append(set(self.written)))
+    monkeypatch.setattr(LakeFenceJob, "remove_directory_markers", lambda self: cleaned.append(set(self.written)))
     hadoop = _HadoopConf()
     direct = {**ENV, **CREDS, "LAKEFENCE_WRITE_MODE": "direct"}
     with lakefence_spark_session("app", builder=Builder(_Spark(hadoop)), environ=direct) as job:
@@ -251,7 +251,7 @@ def test_session_configures_s3a_and_refuses_direct_mode_without_it(monkeypatch: 
 
     plain = _Spark(_HadoopConf(loadable=False))
     job = lakefence_spark_session(builder=Builder(plain), environ=direct)
-    assert isinstance(job, LakefenceJob) and not job.s3a
+    assert isinstance(job, LakeFenceJob) and not job.s3a
     with pytest.raises(JobEnvironmentError, match="direct mode goes through the lakeFS S3 gateway"):
         job.output_uri("t/")
     with pytest.raises(JobEnvironmentError, match="s3a_submit_options"):
@@ -323,7 +323,7 @@ def test_checksum_sidecars_are_removed_from_the_workspace(tmp_path: Path) -> Non
     for name in ("part-0.parquet", ".part-0.parquet.crc", ".orphan.crc", ".hidden"):
         (tmp_path / "t" / name).write_text("x")
     env = {**ENV, "LAKEFENCE_WRITE_MODE": "workspace", "LAKEFENCE_WORKSPACE_DIR": str(tmp_path)}
-    job = LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(env), s3a=True)
+    job = LakeFenceJob(_Spark(_HadoopConf()), lakefence_locations(env), s3a=True)
     assert job.remove_checksum_files() == [tmp_path / "t" / ".part-0.parquet.crc"]
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [".hidden", ".orphan.crc", "part-0.parquet"]
-    assert LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(ENV), s3a=True).remove_checksum_files() == []
+    assert LakeFenceJob(_Spark(_HadoopConf()), lakefence_locations(ENV), s3a=True).remove_checksum_files() == []
