@@ -202,37 +202,6 @@ def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judg
     return record
 
 
-def normalise_state(state: object) -> str | None:
-    """Turn an Airflow state (enum, string or ``None``) into the strings used here.
-
-    :param state: what ``get_task_states`` answered for one task instance.
-    :return: the state's value; ``"none"`` for a task instance without a state.
-    """
-    if state is None:
-        return "none"
-    value = getattr(state, "value", state)
-    return str(value).lower()
-
-
-def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
-    """Pick one task instance's state out of ``get_task_states``' ``{run_id: {task: state}}``.
-
-    Airflow names a mapped instance ``<task_id>_<map_index>`` in that answer.
-
-    :param answer: the answer.
-    :param key: the publication key.
-    :return: the normalised state, or ``None`` when the task instance is not in the answer.
-    """
-    by_run = answer if isinstance(answer, Mapping) else {}
-    by_task = by_run.get(key.run_id)
-    if not isinstance(by_task, Mapping):
-        return None
-    name = key.task_id if key.map_index < 0 else f"{key.task_id}_{key.map_index}"
-    if name not in by_task:
-        return None
-    return normalise_state(by_task[name])
-
-
 def needs_output_ref(state: str | None) -> bool:
     """Whether the ``output_ref`` XCom must be read to judge: for a successful instance, and for a
     pending one (a cleared success keeps its ``output_ref`` until the new try starts).

@@ -13,7 +13,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Variable
 
-from airflow_lakefence.core.abandoned import normalise_state, state_from_task_states
 from airflow_lakefence.core.cleanup import (
     StagingBranch,
     inspect_branch,
@@ -26,7 +25,7 @@ from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.triggers.probes import AirflowView, TaskSdkView
+from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"
@@ -72,21 +71,6 @@ def _publishers(value: Iterable[Any] | None) -> list[tuple[str, str]]:
             )
         result.append((str(pair[0]), str(pair[1])))
     return result
-
-
-def _keys_of_answer(dag_id: str, task_ids: Sequence[str], answer: Any) -> dict[PublicationKey, str | None]:
-    """Turn a ``get_task_states`` answer over every run into {key: state}."""
-    found: dict[PublicationKey, str | None] = {}
-    wanted = set(task_ids)
-    for run_id, by_task in (answer or {}).items():
-        for name, state in (by_task or {}).items():
-            if name in wanted:
-                found[PublicationKey(dag_id, run_id, name, -1)] = normalise_state(state)
-                continue
-            task_id, _, index = name.rpartition("_")
-            if task_id in wanted and index.isdigit():
-                found[PublicationKey(dag_id, run_id, task_id, int(index))] = normalise_state(state)
-    return found
 
 
 def _evidence_names(value: Any) -> Collection[str] | None:
@@ -215,7 +199,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         for dag_id, task_id in self.publishers:
             by_dag[dag_id].append(task_id)
         for dag_id, task_ids in by_dag.items():
-            states.update(_keys_of_answer(dag_id, task_ids, airflow.task_states(dag_id, task_ids)))
+            states.update(states_by_key(dag_id, task_ids, airflow.task_states(dag_id, task_ids)))
         keys = known_keys(branches, states)
         wanted = {keys[b.info.key_hash] for b in branches if b.info.key_hash in keys} - states.keys()
         grouped: dict[str, list[PublicationKey]] = defaultdict(list)

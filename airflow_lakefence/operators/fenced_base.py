@@ -32,8 +32,7 @@ from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBud
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
-from airflow_lakefence.run_state import TaskStateStoreRunState
-from airflow_lakefence.triggers.probes import EVIDENCE_KEY, SUPERSEDES_KEY
+from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY, TaskStateStoreRunState
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (

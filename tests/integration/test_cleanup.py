@@ -173,7 +173,7 @@ def test_keeps_a_live_attempts_branch(
 ) -> None:
     repo, input_commit = seeded
     from airflow_lakefence.operators import LakeFSStagingCleanupOperator
-    from airflow_lakefence.triggers.probes import TaskSdkView
+    from airflow_lakefence.task_instances import TaskSdkView
 
     # A dead attempt's (unstaged) leftover of another run...
     leave_branch_at("after_job", lakefs_controls)

@@ -20,14 +20,13 @@ from airflow_lakefence.core.abandoned import (
     needs_output_ref,
     needs_staging_listing,
     newest_try,
-    normalise_state,
     publication_of,
-    state_from_task_states,
 )
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.task_instances import normalise_state, state_from_task_states
 
 KEY = PublicationKey("dag", "run1", "publish")
 MAPPED = PublicationKey("dag", "run1", "publish", 3)
