@@ -3,7 +3,7 @@
 * **Task states**: one Execution-API call, ``RuntimeTaskInstance.get_task_states`` (the Task SDK
   call that works in a running task and in a trigger, as Airflow's own ``WorkflowTrigger`` uses
   it), and the parsing of its answer ``{run_id: {name: state}}``, where Airflow names a mapped
-  instance ``<task_id>_<map_index>`` (:func:`task_instance_name`).
+  instance ``<task_id>_<map_index>`` (:func:`states_by_key` reads it back into keys).
 * **XCom**: the keys the fenced operator writes and the monitors read (:data:`OUTPUT_REF_KEY`,
   :data:`SUPERSEDES_KEY`, :data:`EVIDENCE_KEY`), read back with ``XCom.get_one``.
 * **Run state**: the task's ``task_state_store`` as the engine's
@@ -32,7 +32,6 @@ __all__ = [
     "normalise_state",
     "state_from_task_states",
     "states_by_key",
-    "task_instance_name",
     "task_state",
 ]
 
@@ -47,15 +46,6 @@ EVIDENCE_KEY = "evidence"
 # -- the task-state answer ------------------------------------------------------------------
 
 
-def task_instance_name(key: PublicationKey) -> str:
-    """How ``get_task_states`` names the task instance of ``key``: ``<task_id>``, or
-    ``<task_id>_<map_index>`` for a mapped instance.
-
-    :param key: the publication key.
-    """
-    return key.task_id if key.map_index < 0 else f"{key.task_id}_{key.map_index}"
-
-
 def normalise_state(state: object) -> str | None:
     """Turn an Airflow state (enum, string or ``None``) into the strings used here.
 
@@ -68,25 +58,9 @@ def normalise_state(state: object) -> str | None:
     return str(value).lower()
 
 
-def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
-    """Pick one task instance's state out of ``get_task_states``' ``{run_id: {name: state}}``.
-
-    :param answer: the answer.
-    :param key: the publication key.
-    :return: the normalised state, or ``None`` when the task instance is not in the answer.
-    """
-    by_run = answer if isinstance(answer, Mapping) else {}
-    by_task = by_run.get(key.run_id)
-    if not isinstance(by_task, Mapping):
-        return None
-    name = task_instance_name(key)
-    if name not in by_task:
-        return None
-    return normalise_state(by_task[name])
-
-
 def states_by_key(dag_id: str, task_ids: Collection[str], answer: object) -> dict[PublicationKey, str | None]:
-    """Every task instance of ``task_ids`` in a ``get_task_states`` answer over many runs, by key.
+    """Every task instance of ``task_ids`` in a ``get_task_states`` answer, by key: the one reader
+    of Airflow's names (``<task_id>``, or ``<task_id>_<map_index>`` for a mapped instance).
 
     :param dag_id: the DAG the answer is about.
     :param task_ids: the task ids asked for (a name is only read as ``<task_id>_<map_index>`` when
@@ -106,6 +80,16 @@ def states_by_key(dag_id: str, task_ids: Collection[str], answer: object) -> dic
             if task_id in wanted and index.isdigit():
                 found[PublicationKey(dag_id, run_id, task_id, int(index))] = normalise_state(state)
     return found
+
+
+def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
+    """Pick one task instance's state out of ``get_task_states``' ``{run_id: {name: state}}``.
+
+    :param answer: the answer.
+    :param key: the publication key.
+    :return: the normalised state, or ``None`` when the task instance is not in the answer.
+    """
+    return states_by_key(key.dag_id, [key.task_id], answer).get(key)
 
 
 # -- asking Airflow -------------------------------------------------------------------------

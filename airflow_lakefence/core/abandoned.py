@@ -42,7 +42,7 @@ from typing import Any
 
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.metadata import LakefenceRecord, decode_metadata
+from airflow_lakefence.core.metadata import LakeFenceRecord, decode_metadata
 from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_prefix
 
 SUCCESS = "success"
@@ -137,7 +137,7 @@ class Judgement:
     verdict: Verdict
     reason: str
     head: str
-    record: LakefenceRecord | None = None
+    record: LakeFenceRecord | None = None
     state: str | None = None
     output_ref: str | None = None
     retry_pending: bool = False
@@ -179,7 +179,7 @@ class Judgement:
         return result
 
 
-def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakefenceRecord:
+def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakeFenceRecord:
     """First step: the HEAD's record, or the final verdict when Airflow need not be asked.
 
     :param head: the target branch's HEAD.
@@ -211,7 +211,7 @@ def needs_output_ref(state: str | None) -> bool:
     return state == SUCCESS or state in PENDING_STATES
 
 
-def needs_supersedes(state: str | None, record: LakefenceRecord, newest_staging_try: int | None) -> bool:
+def needs_supersedes(state: str | None, record: LakeFenceRecord, newest_staging_try: int | None) -> bool:
     """Whether the running try's ``supersedes`` XCom must be read (only when a newer try runs).
 
     :param state: the normalised state.
@@ -245,7 +245,7 @@ def newest_try(branch_names: Iterable[str], key: PublicationKey, prefix: str) ->
     return max(tries, default=None)
 
 
-def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -> Judgement:
+def judge(head: HeadState, record: LakeFenceRecord, publisher: PublisherState) -> Judgement:
     """Second step: judge a publication HEAD from its task instance's state.
 
     :param head: the target branch's HEAD.

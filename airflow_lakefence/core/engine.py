@@ -38,10 +38,12 @@ from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
     ROLE_STAGE,
-    LakefenceRecord,
     check_user_metadata,
     decode_metadata,
     encode_metadata,
+)
+from airflow_lakefence.core.metadata import (
+    LakeFenceRecord as LakefenceRecord,
 )
 from airflow_lakefence.core.naming import (
     is_valid_branch_name,

@@ -38,7 +38,8 @@ class LakeFenceAttempt:
     paths); in ``direct`` mode write objects into :attr:`staging_branch` (for example with
     :attr:`client`), never into the target branch.
 
-    :param locations: where the attempt reads and writes (with the lakeFS endpoint).
+    :param locations: where the attempt reads and writes (with the lakeFS endpoint; its URIs are
+        ``lakefs://`` ones, for lakefs-spec).
     :param client: a lakeFS client on the task's connection (``read_object``, ``list_objects``,
         ``upload_file``...).
     """
@@ -132,7 +133,7 @@ class FencedPythonPublishOperator(FencedPublishOperatorBase, PythonOperator):
         """
         connection = self.lakefs_hook.get_connection(self.lakefs_conn_id)
         attempt = LakeFenceAttempt(
-            dataclasses.replace(locations, endpoint=self.lakefs_hook.endpoint),
+            dataclasses.replace(locations, endpoint=self.lakefs_hook.endpoint, scheme="lakefs"),
             client=self.lakefs,
             _credentials=(str(connection.login or ""), str(connection.password or "")),
         )

@@ -23,7 +23,7 @@ import structlog.testing
 from airflow_lakefence import exceptions, failpoints
 from airflow_lakefence.core.abandoned import DETECT, Verdict, condition_met
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
@@ -343,7 +343,7 @@ def test_merge_landing_late_is_idempotent(
         stage = decode_metadata(repo.branch(staging).get_commit().metadata)
         assert stage is not None
         staged = repo.branch(staging).get_commit().id
-        meta = encode_metadata(LakefenceRecord(stage.attempt, ROLE_PUBLISH, input_commit, staged))
+        meta = encode_metadata(LakeFenceRecord(stage.attempt, ROLE_PUBLISH, input_commit, staged))
         repo.ref(staged).merge_into(repo.branch("main"), message="late", metadata=meta)
 
     failpoints.arm("after_publish_read", first_request_lands_now)

@@ -24,7 +24,7 @@ from airflow_lakefence.core.abandoned import (
 )
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.task_instances import normalise_state, state_from_task_states
 
@@ -37,8 +37,8 @@ ALL_STATES = sorted(LIVE_STATES | PENDING_STATES | FAILED_STATES | {"success"})
 
 def head_of(
     key: PublicationKey = KEY, try_number: int = 1, role: str = ROLE_PUBLISH
-) -> tuple[HeadState, LakefenceRecord]:
-    record = LakefenceRecord(AttemptId(key, try_number, f"ti-{try_number}"), role, INPUT)
+) -> tuple[HeadState, LakeFenceRecord]:
+    record = LakeFenceRecord(AttemptId(key, try_number, f"ti-{try_number}"), role, INPUT)
     return HeadState(HEAD, (INPUT, "s" * 64), encode_metadata(record)), record
 
 
