@@ -392,8 +392,6 @@ _DEPRECATED_NAMES = {"LakefenceJob": "LakeFenceJob", "LakefenceLocations": "Atte
 def __getattr__(name: str) -> Any:
     if name in _DEPRECATED_NAMES:
         new = _DEPRECATED_NAMES[name]
-        warnings.warn(
-            f"airflow_lakefence.spark.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2
-        )
+        warnings.warn(f"airflow_lakefence.spark.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
         return globals()[new]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,18 +18,9 @@ from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.cleanup import memory_variable_key
-from tests.integration.helpers import commit_files, run_dag, staging_branches, xcoms
+from tests.integration.helpers import commit_files, publish_conf, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:
-    return {
-        "repository": repo.id,
-        "target": "main",
-        "input_ref": input_ref,
-        "job": job or {"files": {"out/a.txt": "A"}},
-    }
 
 
 def leave_branch_at(point: str, lakefs_controls: Any) -> None:
@@ -72,14 +63,14 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     client = LakeFSHook().client
     # A dead unstaged attempt (died during its job) and a dead staged one (died after staging).
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     # A fence violation: a foreign commit lands during the job; the operator keeps the branch.
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     evidence = publishers.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(evidence, PublishFenceError) and evidence.staging_branch
@@ -130,7 +121,7 @@ def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
     # A direct-mode attempt died after its job: its output is uncommitted on the unstaged branch, as
     # the uploads of a try that failed closed before staging and could not mark its branch.
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     assert repo.branch(left).get_commit().id == input_commit and list(repo.branch(left).uncommitted())
@@ -150,7 +141,7 @@ def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
     repo, input_commit = seeded
     client = LakeFSHook().client
     leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (staged,) = staging_branches(repo)
     # As if the worker had died in the middle of a merge-only replacement: the hidden temporary
@@ -177,7 +168,7 @@ def test_keeps_a_live_attempts_branch(
 
     # A dead attempt's (unstaged) leftover of another run...
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     dead = staging_branches(repo)
     results: list[dict[str, Any]] = []
@@ -193,7 +184,7 @@ def test_keeps_a_live_attempts_branch(
         results.append(cleaner.clean(client, TaskSdkView(), cleaner._inspect(client), {}, time.time()))
 
     failpoints.arm("after_fence_2", clean_while_running)
-    dr = run_dag(publishers.direct_dag, conf(repo, input_commit))
+    dr = run_dag(publishers.direct_dag, publish_conf(repo, input_commit))
     assert dr.state == "success"
     live = xcoms(dr, "publish")["staging_branch"]
     deleted, kept = by_branch(results[0]["deleted"]), by_branch(results[0]["kept"])
@@ -208,7 +199,7 @@ def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
 ) -> None:
     repo, input_commit = seeded
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     lakefs_controls.add_fault("deleteBranch", status=500)
@@ -232,7 +223,7 @@ def test_unidentified_branch_deleted_after_max_age(
 ) -> None:
     repo, input_commit = seeded
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     # No publishers given and no record on the branch: the first sight only starts the clock...
@@ -264,7 +255,7 @@ def test_unidentified_branch_deleted_after_max_age(
 def test_operator_marks_the_branch_it_keeps_as_evidence(publishers: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     error = publishers.FAILURES[("lf_test_workspace", 1)]
     head = repo.branch(error.staging_branch).get_commit()
     assert evidence_of(head.metadata) == "PublishFenceError"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,8 +38,6 @@ from typing import Any
 
 import lakefs
 import pytest
-from lakefs_sdk.exceptions import ForbiddenException
-from lakefs_sdk.models.branch_protection_rule import BranchProtectionRule
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.attempt import attempt_from_context
@@ -53,6 +50,7 @@ from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.testing.lakefs_server.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.conftest import load_dag_module
+from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
@@ -249,24 +247,9 @@ class Backdoor:
         adapter = LakeFSClient(self.direct, self.info.access_key_id, self.info.secret_access_key)
         return install_hard_fence(adapter, REPOSITORY, branch).head
 
-    def protect(self, pattern: str, probe_branch: str, timeout: float = 60.0) -> None:
-        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``.
-
-        Real lakeFS caches the rules (about 10 s on v1.86): a harmless hard reset of the probe branch
-        onto its own head is retried until it is refused (403), as tests/hard_fence/helpers.py does.
-        """
-        api = self.client.sdk_client
-        api.repositories_api.set_branch_protection_rules(REPOSITORY, [BranchProtectionRule(pattern=pattern)])
-        head = self.get_commit(probe_branch).id
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                api.experimental_api.hard_reset_branch(REPOSITORY, probe_branch, head)
-            except ForbiddenException:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"branch protection on {pattern!r} not enforced after {timeout} s")
-            time.sleep(0.5)
+    def protect(self, pattern: str, probe_branch: str) -> None:
+        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``."""
+        protect(self.client, self.repo, pattern, probe_branch=probe_branch)
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,6 @@ from airflow_lakefence.exceptions import (
     WorkspaceError,
 )
 from airflow_lakefence.operators import FencedSparkPublishOperator
-from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
@@ -187,13 +186,6 @@ PARSE_TIME: dict[str, tuple[dict[str, Any], type[LakeFenceError]]] = {
 def test_the_catalogue_is_complete() -> None:
     assert len(RUNTIME) + len(PARSE_TIME) >= 15
     assert len(RUNTIME) >= 15  # the run-time half alone covers the list
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
 
 
 @pytest.fixture

@@ -19,17 +19,9 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_lakefence.core.keys import PublicationKey
-from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, read_text, run_dag, xcoms
 from tests.reliability.harness import DAG_ID, TARGET, TASK_ID, ForkServer, Lake, new_repository, run_attempt
 from tests.reliability.registry import AttemptRegistry
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
 
 
 @pytest.mark.usefixtures("airflow_db")
