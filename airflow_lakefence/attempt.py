@@ -12,7 +12,7 @@ Any error while answering counts as stale: the fence fails closed. Each check co
 Execution-API calls (the state is asked through :mod:`airflow_lakefence.task_instances`). On
 staleness the fence waits a bounded grace period for the supervisor to terminate the process
 before raising: raising first can make the scheduler put the *new* try into ``up_for_retry`` with
-the retry delay (see notes/airflow.md).
+the retry delay.
 """
 
 from __future__ import annotations

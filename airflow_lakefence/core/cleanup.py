@@ -1,4 +1,4 @@
-"""Which staging branches may be deleted (the cleaner of seed 003), and the evidence marker.
+"""Which staging branches may be deleted (the staging cleaner), and the evidence marker.
 
 A staging branch outlives its attempt when the worker died (no ``finally`` ran), when a delete
 failed, or on purpose: the attempt keeps it as evidence of a fail-closed publish. The cleaner

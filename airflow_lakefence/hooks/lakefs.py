@@ -164,7 +164,7 @@ class LakeFSHook(BaseHook):
             SECRET_ACCESS_KEY_ENV: password,
         }
 
-    # -- hard fence (issue 18; airflow_lakefence.hardfence) ----------------------------------
+    # -- hard fence (the lakeFS pre-merge hook; airflow_lakefence.hardfence) -----------------
 
     def install_hard_fence(self, repository: str, branch: str, *, force: bool = False) -> InstallResult:
         """Install or upgrade the hard fence (a lakeFS pre-merge hook) on ``branch``, by a merge.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
@@ -118,6 +118,8 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         least this long (it must outlast your longest fenced task); ``None`` keeps them.
     :param delete_evidence: also delete dead attempts' evidence branches.
     :param dry_run: decide and report, delete nothing.
+    :param clock: where ``max_age`` reads the time, in epoch seconds (default :func:`time.time`; a
+        test passes a clock it moves instead of waiting).
     :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
     :param kwargs: :class:`BaseOperator` arguments.
     :raises InvalidInputError: for a malformed prefix, publisher or ``max_age``.
@@ -135,6 +137,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         max_age: timedelta | None = None,
         delete_evidence: bool = False,
         dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
         lakefs_conn_id: str = LakeFSHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -152,6 +155,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         self.delete_evidence = delete_evidence
         # BaseOperator.dry_run is a method (template rendering): the flag needs another name.
         self.is_dry_run = dry_run
+        self.clock = clock
         self.lakefs_conn_id = lakefs_conn_id
 
     @cached_property
@@ -165,7 +169,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         :param context: the Airflow context.
         :raises LakeFenceError: a lakeFS failure; nothing is deleted on an incomplete answer.
         """
-        now = time.time()
+        now = self.clock()
         ti = context["ti"]
         memory_key = memory_variable_key(self.lakefs_conn_id, self.repository, self.staging_branch_prefix)
         previous = self._previous_memory(memory_key)

@@ -96,10 +96,10 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert "failed" in deleted[unstaged]["reason"] and deleted[unstaged]["dag_id"] == "lf_test_workspace"
     assert set(kept) == {evidence.staging_branch, staged}
     assert kept[evidence.staging_branch]["evidence"] == "PublishFenceError"
-    # Issue 13: a staged branch without a marker of a failed task instance may be evidence whose
+    # A staged branch without a marker, of a failed task instance, may be evidence whose
     # marker could not be written: it is kept.
     assert "staged but not marked" in kept[staged]["reason"] and kept[staged]["evidence"] is None
-    # One listing, one get_commit per distinct HEAD, one delete per dead branch, and (issue 13) one
+    # One listing, one get_commit per distinct HEAD, one delete per dead branch, and one
     # uncommitted diff (amount=1) per unstaged branch about to be deleted: does it hold anything?
     assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "diffBranch": 1, "deleteBranch": 1}
     assert sorted(staging_branches(repo)) == sorted([evidence.staging_branch, staged])
@@ -113,7 +113,7 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert staging_branches(repo) == []
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -152,7 +152,7 @@ def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
 
     result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
     deleted, kept = by_branch(result["deleted"]), by_branch(result["kept"])
-    # The staged branch may be evidence (kept, issue 13); the temporary one never is.
+    # The staged branch may be evidence (kept); the temporary one never is.
     assert set(deleted) == {temp} and set(kept) == {staged}
     assert deleted[temp]["reason"].startswith("merge-only temporary branch: its task instance is failed")
     assert deleted[temp]["dag_id"] == "lf_test_direct" and deleted[temp]["evidence"] is None
@@ -193,7 +193,7 @@ def test_keeps_a_live_attempts_branch(
     assert staging_branches(repo) == []  # the live attempt deleted its own branch when done
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:

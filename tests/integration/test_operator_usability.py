@@ -1,4 +1,4 @@
-"""What a DAG author sees (issue 17, operator side): runs without a logical date, the Spark job's
+"""What a DAG author sees of the operator: runs without a logical date, the Spark job's
 environment and confs through the provider's public arguments, and the attempt's log lines.
 """
 

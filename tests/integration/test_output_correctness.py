@@ -1,4 +1,4 @@
-"""Issue 13: exactly the job's output, once.
+"""Exactly the job's output, once.
 
 Re-runs replace the declared output prefixes; the input is pinned once per run; lost answers lose
 nothing and write nothing twice; evidence is kept on every fail-closed path; a deliberate clear of a
@@ -40,7 +40,7 @@ from tests.integration.helpers import (
     xcoms,
 )
 
-pytestmark = [pytest.mark.issue13, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
+pytestmark = [pytest.mark.output_correctness, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
 PREFIX = "tables/daily/"
 
@@ -439,7 +439,7 @@ hooks:
     type: lua
     properties:
       script: |
-        error("rejected by the issue-13 test hook")
+        error("rejected by the output-correctness test hook")
 """
 
 
@@ -453,7 +453,7 @@ def test_real_pre_merge_hook_rejection_names_the_hook_run(dags: Any, seeded: tup
     assert type(error).__name__ == "MergeHookRejectedError", repr(error)
     run_id = getattr(error.__cause__, "run_id", None)
     assert run_id and run_id in str(error)
-    assert "rejected by the issue-13 test hook" in str(error)
+    assert "rejected by the output-correctness test hook" in str(error)
     _assert_kept_as_evidence(repo, error.staging_branch, "MergeHookRejectedError")  # type: ignore[attr-defined]
 
 

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue #5, part 5): every case a named exception, nothing written.
+"""The bad-input catalogue: every case a named exception, nothing written.
 
 Two kinds of bad input:
 
@@ -135,7 +135,7 @@ RUNTIME: dict[str, Case] = {
     "files outside output prefixes (workspace)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        # issue 13: the offending workspace is uploaded and kept as evidence, marked like any other
+        # The offending workspace is uploaded and kept as evidence, marked like any other
         {"createBranch": 1, "uploadObject": 2, "commit": 1},
         evidence=True,
     ),
@@ -185,7 +185,7 @@ PARSE_TIME: dict[str, tuple[dict[str, Any], type[LakeFenceError]]] = {
 
 def test_the_catalogue_is_complete() -> None:
     assert len(RUNTIME) + len(PARSE_TIME) >= 15
-    assert len(RUNTIME) >= 15  # the run-time half alone covers the issue's list
+    assert len(RUNTIME) >= 15  # the run-time half alone has the fifteen cases the catalogue promises
 
 
 @pytest.fixture

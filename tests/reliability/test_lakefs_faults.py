@@ -1,4 +1,4 @@
-"""lakeFS faults at every lakeFS call of the protocol (issue #5, part 4).
+"""lakeFS faults at every lakeFS call of the protocol.
 
 Each call the fenced publish makes (``getCommit`` at its three places, ``createBranch``,
 ``listBranches``, ``deleteBranch``, ``commit``, ``diffBranch``, ``uploadObject``,
@@ -228,7 +228,7 @@ def test_listing_earlier_tries_keeps_failing_and_the_retry_still_replaces(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     """Removing earlier tries' branches is clean-up, not protocol: a listing that keeps failing is
-    logged (the cleaner removes them later) and never fails the attempt (issue 13)."""
+    logged (the cleaner removes them later) and never fails the attempt."""
     repo, input_commit = seeded
     for nth in range(1, 5):
         lakefs_controls.add_fault("listBranches", nth=nth, status=503)

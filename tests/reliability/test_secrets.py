@@ -1,4 +1,4 @@
-"""The lakeFS secret stays out of logs, XCom, argv, commit metadata and errors (issue #5, part 6).
+"""The lakeFS secret stays out of logs, XCom, argv, commit metadata and errors.
 
 Airflow masks connection passwords in task logs (``***``), so a clean ``dag.test()`` log alone
 proves little. The secret is also looked for where nothing masks it: the command line the

@@ -222,7 +222,7 @@ def test_every_state_class_is_disjoint() -> None:
         assert not set(a) & set(b)
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 @pytest.mark.parametrize(
     ("state", "output_ref", "newest", "supersedes", "expected"),
     [

@@ -101,7 +101,7 @@ def test_identified_branch_follows_the_task_instance_state(state: str | None, is
     decisions = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: state})
     delete, reason = decisions[branch.name]
     # A staged, unmarked branch may be evidence whose marker failed: only a success whose last try
-    # recorded no such evidence proves it is not (issue 13: not even a task instance that is gone).
+    # recorded no such evidence proves it is not (not even a task instance that is gone).
     assert delete == (state not in LIVE_STATES and (not is_staged or state == "success")), reason
     if state is None:
         assert "no longer exists" in reason
@@ -240,7 +240,7 @@ def test_an_unidentified_temporary_branch_waits_for_max_age() -> None:
     assert plan([temp], keys={key_hash(KEY): KEY}, states={KEY: "running"})[temp.name][0] is False
 
 
-# -- issue 13: a branch that could not be marked is never deleted ----------------------------------
+# -- a branch that could not be marked is never deleted --------------------------------------------
 
 DEAD = sorted(PENDING_STATES | FAILED_STATES)
 
