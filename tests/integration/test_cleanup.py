@@ -244,8 +244,11 @@ def test_unidentified_branch_deleted_after_max_age(
         assert between["first_seen"] == {} and between["return_value"]["deleted"] == []
     finally:
         other.delete()
-    time.sleep(1.1)
-    # ...and a later run that finds it unchanged for max_age (1 s) deletes it.
+    # A run before max_age (1 s) has passed on the cleaner's clock keeps it...
+    early = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert early["deleted"] == [] and left in by_branch(early["kept"])
+    # ...and a later run that finds it unchanged for max_age deletes it.
+    cleaners.CLOCK.advance(1.1)
     second = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
     assert set(by_branch(second["deleted"])) == {left}
     assert staging_branches(repo) == []
