@@ -84,7 +84,7 @@ def test_links_follow_the_try(
     dags: Any, asset_repo: tuple[lakefs.Repository, str], lakefs_conn: dict[str, str]
 ) -> None:
     repo, input_commit = asset_repo
-    die_after_publishing(repo)
+    die_after_publishing()
     dr = run_dag(dags.assets_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")

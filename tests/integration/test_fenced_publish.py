@@ -102,7 +102,7 @@ def test_abandoned_publication_relocated_when_retry_changes_nothing(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = seeded
-    die_after_publishing(repo)
+    die_after_publishing()
     job = {"first_try_files": {"out/only-try-1.txt": "1"}}
     dr = run_dag(dags.retry_dag, publish_conf(repo, input_commit, job))
     assert dr.state == "success"

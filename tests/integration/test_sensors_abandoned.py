@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoi
 
 def abandoned_by_try_1(publishers: Any, repo: lakefs.Repository, input_commit: str) -> Any:
     """Try 1 publishes, then its worker dies; retries=0, so the task instance ends failed."""
-    die_after_publishing(repo)
+    die_after_publishing()
     dr = run_dag(publishers.workspace_dag, publish_conf(repo, input_commit))
     assert dr.state == "failed"
     assert ti_state(dr, "publish") == ("failed", 1)
@@ -95,7 +95,7 @@ def test_replacement_by_a_try_that_died_is_reported_again(
                 during_try_2.append((record[0], record[1], ignored))
 
     failpoints.arm("after_staging_branch", probe_in_try_2)
-    die_after_publishing(repo, times=2)
+    die_after_publishing(times=2)
     dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "failed"
     assert ti_state(dr, "publish") == ("failed", 2)
@@ -126,7 +126,7 @@ def test_settled_blocks_then_passes_after_the_retry_succeeds(
             blocked.append((readable, judgement))
 
     failpoints.arm("after_staging_branch", probe_in_try_2)
-    die_after_publishing(repo)
+    die_after_publishing()
     dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     readable, judgement = blocked[0]

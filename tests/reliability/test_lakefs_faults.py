@@ -123,7 +123,7 @@ def run_scenario(dags: Any, scenario: str, repo: lakefs.Repository, input_commit
         return run_dag(dags.workspace_dag, publish_conf(repo, input_commit, WORKSPACE_JOB))
     if scenario == "direct":
         return run_dag(dags.direct_dag, publish_conf(repo, input_commit, WORKSPACE_JOB, output_prefixes=["out/"]))
-    die_after_publishing(repo)
+    die_after_publishing()
     job = {"files": WORKSPACE_JOB["files"], "stamp_path": "out/s"}
     return run_dag(dags.retry_dag, publish_conf(repo, input_commit, job))
 
