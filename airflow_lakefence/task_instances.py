@@ -5,7 +5,8 @@
   it), and the parsing of its answer ``{run_id: {name: state}}``, where Airflow names a mapped
   instance ``<task_id>_<map_index>`` (:func:`states_by_key` reads it back into keys).
 * **XCom**: the keys the fenced operator writes and the monitors read (:data:`OUTPUT_REF_KEY`,
-  :data:`SUPERSEDES_KEY`, :data:`EVIDENCE_KEY`), read back with ``XCom.get_one``.
+  :data:`SUPERSEDES_KEY`, :data:`EVIDENCE_KEY`), read back with ``XCom.get_one`` (by publication
+  key) or ``XCom.get_value`` (by task-instance key, for the extra links).
 * **Run state**: the task's ``task_state_store`` as the engine's
   :class:`~airflow_lakefence.core.run_state.RunStatePort` (:class:`TaskStateStoreRunState`).
 
@@ -33,6 +34,7 @@ __all__ = [
     "state_from_task_states",
     "states_by_key",
     "task_state",
+    "xcom_value",
 ]
 
 #: The XCom key under which the fenced operator reports the commit it stands behind.
@@ -179,6 +181,17 @@ class TaskSdkView:
         return XCom.get_one(
             key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
         )
+
+
+def xcom_value(ti_key: Any, name: str) -> Any:
+    """One XCom of the task instance ``ti_key`` names (what the UI's extra links read; one call).
+
+    :param ti_key: the task instance's key, as Airflow hands it to an operator link.
+    :param name: the XCom key.
+    """
+    from airflow.sdk.execution_time.xcom import XCom
+
+    return XCom.get_value(ti_key=ti_key, key=name)
 
 
 def task_state(ti: Any, key: PublicationKey) -> str | None:
