@@ -9,9 +9,10 @@ The attempt fence (protocol: "Attempt fence") holds when
 3. ``on_kill`` has not been received (the supervisor's SIGTERM).
 
 Any error while answering counts as stale: the fence fails closed. Each check costs two
-Execution-API calls. On staleness the fence waits a bounded grace period for the supervisor to
-terminate the process before raising: raising first can make the scheduler put the *new* try into
-``up_for_retry`` with the retry delay (see notes/airflow.md).
+Execution-API calls (the state is asked through :mod:`airflow_lakefence.task_instances`). On
+staleness the fence waits a bounded grace period for the supervisor to terminate the process
+before raising: raising first can make the scheduler put the *new* try into ``up_for_retry`` with
+the retry delay.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import threading
 import uuid
 from typing import Any, NoReturn
 
-from airflow_lakefence.core.abandoned import state_from_task_states
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
+from airflow_lakefence.task_instances import task_state
 
 TOKEN_KEY = "lakefence.attempt_token"
 RUNNING = "running"
@@ -36,29 +37,6 @@ def attempt_from_context(context: Any) -> AttemptId:
     ti = context["ti"]
     key = PublicationKey(ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index))
     return AttemptId(key, int(ti.try_number), str(ti.id))
-
-
-def task_state(ti: Any, key: PublicationKey) -> str | None:
-    """The current state of the task instance of ``key``: the one task-state lookup of the package.
-
-    One ``get_task_states`` call through the Task SDK (``ti`` is a running task's
-    ``RuntimeTaskInstance``, or the class itself outside a task). Airflow names a mapped instance
-    ``<task_id>_<map_index>`` in that answer; :func:`~airflow_lakefence.core.abandoned.state_from_task_states`
-    picks it out.
-
-    :param ti: what answers ``get_task_states`` (a task instance).
-    :param key: the publication key.
-    :return: the normalised state (``"none"`` for a task instance without state), or ``None`` when
-        Airflow has no such task instance.
-    :raises Exception: whatever the Execution API call raises (callers fail closed).
-    """
-    answer = ti.get_task_states(
-        dag_id=key.dag_id,
-        task_ids=[key.task_id],
-        run_ids=[key.run_id],
-        map_index=None if key.map_index < 0 else key.map_index,
-    )
-    return state_from_task_states(answer, key)
 
 
 class AttemptFence:

@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import BaseOperatorLink
 
 from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.task_instances import OUTPUT_REF_KEY, xcom_value
 
 
 def commit_url(ui_base_url: str, repository: str, commit_id: str) -> str:
@@ -49,9 +50,7 @@ class _LakeFSXComLink(BaseOperatorLink):
         :param operator: the task.
         :param ti_key: the task instance (key) whose XCom is read.
         """
-        from airflow.sdk.execution_time.xcom import XCom
-
-        value = XCom.get_value(ti_key=ti_key, key=self.source_key)
+        value = xcom_value(ti_key, self.source_key)
         repository = getattr(operator, "repository", None)
         if not value or not repository:
             return ""
@@ -63,7 +62,7 @@ class LakeFSCommitLink(_LakeFSXComLink):
     """ "lakeFS commit": the commit the fenced task published (XCom ``output_ref``)."""
 
     name = "lakeFS commit"
-    source_key = "output_ref"
+    source_key = OUTPUT_REF_KEY
 
     def _build(self, ui_base_url: str, repository: str, value: str) -> str:
         return commit_url(ui_base_url, repository, value)
@@ -86,9 +85,7 @@ class LakeFSStagingLink(_LakeFSXComLink):
         :param operator: the task.
         :param ti_key: the task instance (key) whose XCom is read.
         """
-        from airflow.sdk.execution_time.xcom import XCom
-
-        staged = XCom.get_value(ti_key=ti_key, key="staged_commit")
+        staged = xcom_value(ti_key, "staged_commit")
         repository = getattr(operator, "repository", None)
         if staged and repository:
             base = LakeFSHook(getattr(operator, "lakefs_conn_id", LakeFSHook.default_conn_name)).settings["ui_base_url"]

@@ -16,33 +16,44 @@ FileSystem. :func:`configure_s3a` points S3A at the lakeFS gateway for the repos
 configuration at run time: they travel to executors inside the job's Hadoop configuration, and
 never appear in argv, in Spark confs, in the UI or in the event log (Spark redacts the keys).
 
-Submit side, :func:`s3a_submit_options` gives what ``spark-submit`` needs for S3A: the
-``hadoop-aws`` coordinate matching the installed PySpark's Hadoop (resolved through
-``--packages``), merged with the DAG's own packages. :func:`kubernetes_secret_conf` and
-:func:`yarn_credential_provider_conf` give the confs that hand credentials to a driver on
-Kubernetes / YARN without the values (docs/spark.md).
+The submit side (what ``spark-submit`` needs: the matching ``hadoop-aws``, the credential confs of
+Kubernetes and YARN) is :mod:`airflow_lakefence.spark_submit`; its names are re-exported here.
 
 This module imports neither Airflow nor pyspark at import time.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_lakefence.exceptions import InvalidInputError, JobEnvironmentError, S3AConfigError
+from airflow_lakefence.core.locations import ACCESS_KEY_ID_ENV, SECRET_ACCESS_KEY_ENV, AttemptLocations
+from airflow_lakefence.exceptions import JobEnvironmentError, S3AConfigError
+from airflow_lakefence.spark_submit import (
+    HADOOP_AWS,
+    S3A_CONF,
+    S3ASubmitOptions,
+    hadoop_aws_coordinate,
+    kubernetes_secret_conf,
+    pyspark_hadoop_version,
+    s3a_packages,
+    s3a_submit_options,
+    yarn_credential_provider_conf,
+)
 
 __all__ = [
     "COMMITTER_SETTINGS",
     "HADOOP_AWS",
+    "S3A_CONF",
+    "S3A_ENV",
+    "AttemptLocations",
     "JobEnvironmentError",
-    "LakefenceJob",
-    "LakefenceLocations",
+    "LakeFenceJob",
     "S3AConfigError",
     "S3ASubmitOptions",
     "configure_s3a",
@@ -59,13 +70,7 @@ __all__ = [
     "yarn_credential_provider_conf",
 ]
 
-_SCHEMES = ("s3a", "lakefs")
-
-#: Maven group:artifact of the S3A connector.
-HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
-#: A Spark conf the operator (or a DAG) sets to ask the job for S3A: ``true`` / ``false``.
-S3A_CONF = "spark.lakefence.s3a"
-#: The same switch as an environment variable (wins over the conf).
+#: The switch of :data:`S3A_CONF` as an environment variable (wins over the conf).
 S3A_ENV = "LAKEFENCE_S3A"
 _S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 # lakeFS ignores the region, but the AWS SDK v2 insists on one and would otherwise probe for it.
@@ -88,241 +93,21 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class LakefenceLocations:
-    """The locations of one attempt.
-
-    :param endpoint: the lakeFS endpoint URL (also the S3 gateway's).
-    :param repository: the repository.
-    :param input_commit: the commit id to read from.
-    :param staging_branch: the attempt's staging branch (``None`` when read-only).
-    :param write_mode: ``direct``, ``workspace`` or ``read_only``.
-    :param workspace_dir: the local workspace (workspace mode).
-    :param scheme: ``s3a`` (lakeFS S3 gateway) or ``lakefs`` (lakeFS Hadoop FileSystem).
-    """
-
-    endpoint: str
-    repository: str
-    input_commit: str
-    staging_branch: str | None
-    write_mode: str
-    workspace_dir: Path | None
-    scheme: str = "s3a"
-
-    def _uri(self, ref: str, path: str) -> str:
-        return f"{self.scheme}://{self.repository}/{ref}/{path.lstrip('/')}"
-
-    def input_uri(self, path: str = "") -> str:
-        """The URI of ``path`` at the pinned input commit.
-
-        :param path: a path in the repository.
-        """
-        return self._uri(self.input_commit, path)
-
-    def output_uri(self, path: str = "") -> str:
-        """Where the job writes ``path``: the workspace or the staging branch.
-
-        :param path: a path in the repository.
-        :raises JobEnvironmentError: when the attempt is read-only.
-        """
-        if self.write_mode == "workspace" and self.workspace_dir is not None:
-            return (self.workspace_dir / path.lstrip("/")).as_uri()
-        if self.write_mode == "direct" and self.staging_branch:
-            return self._uri(self.staging_branch, path)
-        raise JobEnvironmentError(f"this attempt writes nothing (write mode {self.write_mode!r})")
-
-    def output_path(self, path: str = "") -> Path:
-        """The local workspace path of ``path`` (workspace mode only).
-
-        :param path: a path in the repository.
-        :raises JobEnvironmentError: outside workspace mode.
-        """
-        if self.write_mode != "workspace" or self.workspace_dir is None:
-            raise JobEnvironmentError("output_path is only available in workspace mode")
-        return self.workspace_dir / path.lstrip("/")
-
-
-def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str = "s3a") -> LakefenceLocations:
+def lakefence_locations(environ: Mapping[str, str] | None = None, *, scheme: str = "s3a") -> AttemptLocations:
     """Read the attempt's locations from the environment the operator set.
 
     :param environ: the environment (default ``os.environ``).
-    :param scheme: ``s3a`` or ``lakefs``.
+    :param scheme: ``s3a`` or ``lakefs``: the scheme of the URIs the locations build.
     :raises JobEnvironmentError: if the job was not started by the fenced operator.
     :raises ValueError: for an unknown scheme.
     """
-    if scheme not in _SCHEMES:
-        raise ValueError(f"scheme must be one of {_SCHEMES}, got {scheme!r}")
-    env = os.environ if environ is None else environ
-    missing = [
-        name for name in ("LAKEFS_ENDPOINT", "LAKEFENCE_REPOSITORY", "LAKEFENCE_INPUT_COMMIT") if not env.get(name)
-    ]
-    if missing:
-        raise JobEnvironmentError(f"not started by FencedSparkPublishOperator: {', '.join(missing)} unset")
-    workspace = env.get("LAKEFENCE_WORKSPACE_DIR")
-    return LakefenceLocations(
-        endpoint=env["LAKEFS_ENDPOINT"].rstrip("/").removesuffix("/api/v1"),
-        repository=env["LAKEFENCE_REPOSITORY"],
-        input_commit=env["LAKEFENCE_INPUT_COMMIT"],
-        staging_branch=env.get("LAKEFENCE_STAGING_BRANCH") or None,
-        write_mode=env.get("LAKEFENCE_WRITE_MODE", "workspace"),
-        workspace_dir=Path(workspace) if workspace else None,
-        scheme=scheme,
-    )
+    return AttemptLocations.from_environment(environ, scheme=scheme)
 
 
-# -- submit side: hadoop-aws ----------------------------------------------------------------
+# -- S3A ------------------------------------------------------------------------------------
 
 
-def _spark_home() -> Path:
-    home = os.environ.get("SPARK_HOME")
-    if home and (Path(home) / "jars").is_dir():
-        return Path(home)
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise S3AConfigError("pyspark is not installed and SPARK_HOME has no jars/: cannot tell Spark's Hadoop version")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def pyspark_hadoop_version(spark_home: str | os.PathLike[str] | None = None) -> str:
-    """The Hadoop version Spark was built with, read from its ``jars/hadoop-client-api-<v>.jar``.
-
-    :param spark_home: the Spark installation (default: ``SPARK_HOME`` if it has ``jars/``, else
-        the installed pyspark package, which is what ``spark-submit`` from the environment runs).
-    :raises S3AConfigError: when no single Hadoop client jar is found.
-    """
-    home = Path(spark_home) if spark_home is not None else _spark_home()
-    jars = sorted((home / "jars").glob("hadoop-client-api-*.jar"))
-    if len(jars) != 1:
-        raise S3AConfigError(f"expected one hadoop-client-api-*.jar in {home / 'jars'}, found {len(jars)}")
-    return jars[0].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
-
-
-def hadoop_aws_coordinate(hadoop_version: str | None = None) -> str:
-    """The Maven coordinate of the S3A connector matching Spark's Hadoop.
-
-    :param hadoop_version: default :func:`pyspark_hadoop_version`.
-    :raises S3AConfigError: when the version cannot be determined.
-    """
-    return f"{HADOOP_AWS}:{hadoop_version or pyspark_hadoop_version()}"
-
-
-def s3a_packages(packages: str | None = None, *, hadoop_version: str | None = None) -> str:
-    """``--packages`` with the matching hadoop-aws added to the DAG's own packages.
-
-    hadoop-aws must be exactly Spark's Hadoop version: another one fails later with linkage
-    errors deep inside a task, so a differing pinned coordinate is refused here.
-
-    :param packages: the DAG's comma-separated coordinates, if any.
-    :param hadoop_version: default :func:`pyspark_hadoop_version`.
-    :raises S3AConfigError: if ``packages`` pins hadoop-aws at another version.
-    """
-    wanted = hadoop_aws_coordinate(hadoop_version)
-    items = [item.strip() for item in (packages or "").split(",") if item.strip()]
-    for item in items:
-        group, _, rest = item.partition(":")
-        artifact = rest.partition(":")[0]
-        if f"{group}:{artifact}" != HADOOP_AWS:
-            continue
-        if item != wanted:
-            raise S3AConfigError(
-                f"packages pin {item!r} but this Spark is built on Hadoop {wanted.rsplit(':', 1)[1]}: "
-                f"hadoop-aws must match it exactly; use {wanted!r} (or drop it and let lakefence add it)"
-            )
-        return ",".join(items)
-    return ",".join([*items, wanted])
-
-
-@dataclass(frozen=True)
-class S3ASubmitOptions:
-    """What ``spark-submit`` needs for a job that reads or writes lakeFS through S3A.
-
-    :param packages: the ``packages`` argument (comma-separated coordinates).
-    :param conf: the ``conf`` argument; no secrets.
-    """
-
-    packages: str
-    conf: dict[str, str] = field(default_factory=dict)
-
-
-def s3a_submit_options(
-    packages: str | None = None, conf: Mapping[str, Any] | None = None, *, hadoop_version: str | None = None
-) -> S3ASubmitOptions:
-    """The operator-side half of S3A: packages and confs to pass to ``spark-submit``.
-
-    The operator (or a DAG) calls this and passes ``packages=`` / ``conf=`` on; the job-side
-    half, :func:`configure_s3a`, runs inside the job. The result holds no credential.
-
-    :param packages: the DAG's own ``packages``.
-    :param conf: the DAG's own ``conf``; kept, with :data:`S3A_CONF` set to ``true``.
-    :param hadoop_version: default :func:`pyspark_hadoop_version`.
-    :raises S3AConfigError: see :func:`s3a_packages`.
-    """
-    merged = {str(key): str(value) for key, value in (conf or {}).items()}
-    merged[S3A_CONF] = "true"
-    return S3ASubmitOptions(s3a_packages(packages, hadoop_version=hadoop_version), merged)
-
-
-# -- cluster managers: credentials by reference ---------------------------------------------
-
-_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_K8S_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
-
-
-def kubernetes_secret_conf(
-    secret_name: str,
-    *,
-    access_key_id_key: str = "access_key_id",
-    secret_access_key_key: str = "secret_access_key",
-    executors: bool = False,
-) -> dict[str, str]:
-    """Spark confs that give the driver pod the lakeFS credentials from a Kubernetes Secret.
-
-    ``spark.kubernetes.driver.secretKeyRef.ENV=secret:key`` makes Kubernetes inject the value
-    into the pod's environment: argv carries only the Secret's name. Executors need nothing: the
-    job puts the credentials into its Hadoop configuration (:func:`configure_s3a`), which travels
-    with the tasks; ``executors=True`` also injects them into executor pods (for jobs that read
-    them from the environment themselves).
-
-    :param secret_name: the Secret in the job's namespace.
-    :param access_key_id_key: the Secret's key holding the access key id.
-    :param secret_access_key_key: the Secret's key holding the secret access key.
-    :param executors: also reference the Secret from executor pods.
-    :raises InvalidInputError: for names Kubernetes would refuse.
-    """
-    if len(secret_name) > 253 or not _K8S_NAME_RE.fullmatch(secret_name):
-        raise InvalidInputError(f"{secret_name!r} is not a valid Kubernetes Secret name")
-    for key in (access_key_id_key, secret_access_key_key):
-        if len(key) > 253 or not _K8S_KEY_RE.fullmatch(key):
-            raise InvalidInputError(f"{key!r} is not a valid Kubernetes Secret key")
-    roles = ("driver", "executor") if executors else ("driver",)
-    conf: dict[str, str] = {}
-    for role in roles:
-        conf[f"spark.kubernetes.{role}.secretKeyRef.LAKEFS_ACCESS_KEY_ID"] = f"{secret_name}:{access_key_id_key}"
-        conf[f"spark.kubernetes.{role}.secretKeyRef.LAKEFS_SECRET_ACCESS_KEY"] = (
-            f"{secret_name}:{secret_access_key_key}"
-        )
-    return conf
-
-
-def yarn_credential_provider_conf(provider_path: str) -> dict[str, str]:
-    """Spark confs that let S3A read the lakeFS key pair from a Hadoop credential store (YARN).
-
-    Create the store once with ``hadoop credential create fs.s3a.bucket.<repository>.access.key
-    -provider jceks://hdfs/...`` (and ``...secret.key``); the job then finds no credentials in
-    its environment and :func:`configure_s3a` leaves them to the store.
-
-    :param provider_path: e.g. ``jceks://hdfs@namenode/user/airflow/lakefs.jceks``.
-    :raises InvalidInputError: for a path that is not a credential provider URI.
-    """
-    if not re.fullmatch(r"[a-z0-9]+://\S+", provider_path):
-        raise InvalidInputError(f"{provider_path!r} is not a Hadoop credential provider URI (jceks://...)")
-    return {"spark.hadoop.hadoop.security.credential.provider.path": provider_path}
-
-
-# -- job side: S3A --------------------------------------------------------------------------
-
-
-def s3a_hadoop_options(locations: LakefenceLocations, access_key_id: str, secret_access_key: str) -> dict[str, str]:
+def s3a_hadoop_options(locations: AttemptLocations, access_key_id: str, secret_access_key: str) -> dict[str, str]:
     """The Hadoop options pointing S3A at the lakeFS gateway for this repository only.
 
     Per-bucket keys (``fs.s3a.bucket.<repository>.*``) leave every other bucket on its usual S3
@@ -332,6 +117,8 @@ def s3a_hadoop_options(locations: LakefenceLocations, access_key_id: str, secret
     :param access_key_id: the lakeFS access key id.
     :param secret_access_key: the lakeFS secret access key.
     """
+    if not locations.endpoint:
+        raise JobEnvironmentError("the locations name no lakeFS endpoint: read them with lakefence_locations()")
     bucket = f"fs.s3a.bucket.{locations.repository}"
     options = {
         f"{bucket}.endpoint": locations.endpoint,
@@ -349,7 +136,7 @@ def _hadoop_conf(spark: Any) -> Any:
     return spark.sparkContext._jsc.hadoopConfiguration()
 
 
-def configure_s3a(spark: Any, locations: LakefenceLocations, environ: Mapping[str, str] | None = None) -> None:
+def configure_s3a(spark: Any, locations: AttemptLocations, environ: Mapping[str, str] | None = None) -> None:
     """Point S3A at the lakeFS S3 gateway for this repository, credentials from the environment.
 
     Sets :func:`s3a_hadoop_options` in the SparkContext's Hadoop configuration at run time, so
@@ -365,7 +152,7 @@ def configure_s3a(spark: Any, locations: LakefenceLocations, environ: Mapping[st
         credentials for the repository.
     """
     env = os.environ if environ is None else environ
-    key, secret = env.get("LAKEFS_ACCESS_KEY_ID"), env.get("LAKEFS_SECRET_ACCESS_KEY")
+    key, secret = env.get(ACCESS_KEY_ID_ENV), env.get(SECRET_ACCESS_KEY_ENV)
     hadoop = _hadoop_conf(spark)
     bucket = f"fs.s3a.bucket.{locations.repository}"
     if key and secret:
@@ -374,7 +161,7 @@ def configure_s3a(spark: Any, locations: LakefenceLocations, environ: Mapping[st
         provided = hadoop.get(f"{bucket}.access.key") or hadoop.get("hadoop.security.credential.provider.path")
         if not provided:
             raise JobEnvironmentError(
-                "LAKEFS_ACCESS_KEY_ID / LAKEFS_SECRET_ACCESS_KEY are not set in the job's environment and the "
+                f"{ACCESS_KEY_ID_ENV} / {SECRET_ACCESS_KEY_ENV} are not set in the job's environment and the "
                 f"Hadoop configuration has no {bucket}.access.key nor a credential provider"
             )
         options = {
@@ -427,7 +214,7 @@ def s3a_enabled(spark: Any, environ: Mapping[str, str] | None = None) -> bool:
 
 
 @dataclass(frozen=True)
-class LakefenceJob:
+class LakeFenceJob:
     """A Spark session set up for one fenced attempt.
 
     :param spark: the ``SparkSession``.
@@ -436,7 +223,7 @@ class LakefenceJob:
     """
 
     spark: Any
-    locations: LakefenceLocations
+    locations: AttemptLocations
     s3a: bool
     written: set[str] = field(default_factory=set, compare=False)
 
@@ -451,7 +238,7 @@ class LakefenceJob:
         return self.locations.input_uri(path)
 
     def output_uri(self, path: str = "") -> str:
-        """Where the job writes ``path`` (see :meth:`LakefenceLocations.output_uri`).
+        """Where the job writes ``path`` (see :meth:`AttemptLocations.output_uri`).
 
         :param path: a path in the repository.
         :raises JobEnvironmentError: in direct mode without S3A, or when read-only.
@@ -507,7 +294,7 @@ class LakefenceJob:
         """Stop the session."""
         self.spark.stop()
 
-    def __enter__(self) -> LakefenceJob:
+    def __enter__(self) -> LakeFenceJob:
         return self
 
     def remove_checksum_files(self) -> list[Path]:
@@ -518,7 +305,7 @@ class LakefenceJob:
         checksum files are removed here instead of being uploaded. Called by the context manager
         on success in workspace mode; returns the files removed.
         """
-        workspace = self.locations.workspace_dir
+        workspace = self.locations.workspace
         if self.locations.write_mode != "workspace" or workspace is None or not workspace.is_dir():
             return []
         removed = []
@@ -571,7 +358,7 @@ def lakefence_spark_session(
     builder: Any = None,
     environ: Mapping[str, str] | None = None,
     scheme: str = "s3a",
-) -> LakefenceJob:
+) -> LakeFenceJob:
     """Start (or get) the job's ``SparkSession``, configured for the attempt's lakeFS locations.
 
     S3A is configured for the lakeFS gateway when :func:`s3a_enabled` says so; a DAG author
@@ -595,4 +382,16 @@ def lakefence_spark_session(
     use_s3a = scheme == "s3a" and s3a_enabled(spark, environ)
     if use_s3a:
         configure_s3a(spark, locations, environ)
-    return LakefenceJob(spark, locations, use_s3a)
+    return LakeFenceJob(spark, locations, use_s3a)
+
+
+#: Names of earlier releases: the old spelling → the name to use.
+_DEPRECATED_NAMES = {"LakefenceJob": "LakeFenceJob", "LakefenceLocations": "AttemptLocations"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED_NAMES:
+        new = _DEPRECATED_NAMES[name]
+        warnings.warn(f"airflow_lakefence.spark.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

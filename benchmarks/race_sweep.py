@@ -1,4 +1,4 @@
-"""The long randomized race sweep (issue #5): seeded interleavings of a zombie try, a new try and a
+"""The long randomized race sweep: seeded interleavings of a zombie try, a new try and a
 foreign writer, each in its own process against one lakeFS (the project's local server, or real
 lakeFS with ``--lakefs-backend real``), checked for the reliability invariants.
 

@@ -12,7 +12,7 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
     ROLE_STAGE,
-    LakefenceRecord,
+    LakeFenceRecord,
     decode_metadata,
     encode_metadata,
 )
@@ -31,7 +31,7 @@ __all__ = [
     "FenceDecision",
     "HeadState",
     "Judgement",
-    "LakefenceRecord",
+    "LakeFenceRecord",
     "PublicationKey",
     "PublisherScope",
     "PublisherState",

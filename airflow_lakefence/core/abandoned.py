@@ -42,7 +42,7 @@ from typing import Any
 
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.metadata import LakefenceRecord, decode_metadata
+from airflow_lakefence.core.metadata import LakeFenceRecord, decode_metadata
 from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_prefix
 
 SUCCESS = "success"
@@ -137,7 +137,7 @@ class Judgement:
     verdict: Verdict
     reason: str
     head: str
-    record: LakefenceRecord | None = None
+    record: LakeFenceRecord | None = None
     state: str | None = None
     output_ref: str | None = None
     retry_pending: bool = False
@@ -179,7 +179,7 @@ class Judgement:
         return result
 
 
-def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakefenceRecord:
+def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakeFenceRecord:
     """First step: the HEAD's record, or the final verdict when Airflow need not be asked.
 
     :param head: the target branch's HEAD.
@@ -202,37 +202,6 @@ def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judg
     return record
 
 
-def normalise_state(state: object) -> str | None:
-    """Turn an Airflow state (enum, string or ``None``) into the strings used here.
-
-    :param state: what ``get_task_states`` answered for one task instance.
-    :return: the state's value; ``"none"`` for a task instance without a state.
-    """
-    if state is None:
-        return "none"
-    value = getattr(state, "value", state)
-    return str(value).lower()
-
-
-def state_from_task_states(answer: object, key: PublicationKey) -> str | None:
-    """Pick one task instance's state out of ``get_task_states``' ``{run_id: {task: state}}``.
-
-    Airflow names a mapped instance ``<task_id>_<map_index>`` in that answer.
-
-    :param answer: the answer.
-    :param key: the publication key.
-    :return: the normalised state, or ``None`` when the task instance is not in the answer.
-    """
-    by_run = answer if isinstance(answer, Mapping) else {}
-    by_task = by_run.get(key.run_id)
-    if not isinstance(by_task, Mapping):
-        return None
-    name = key.task_id if key.map_index < 0 else f"{key.task_id}_{key.map_index}"
-    if name not in by_task:
-        return None
-    return normalise_state(by_task[name])
-
-
 def needs_output_ref(state: str | None) -> bool:
     """Whether the ``output_ref`` XCom must be read to judge: for a successful instance, and for a
     pending one (a cleared success keeps its ``output_ref`` until the new try starts).
@@ -242,7 +211,7 @@ def needs_output_ref(state: str | None) -> bool:
     return state == SUCCESS or state in PENDING_STATES
 
 
-def needs_supersedes(state: str | None, record: LakefenceRecord, newest_staging_try: int | None) -> bool:
+def needs_supersedes(state: str | None, record: LakeFenceRecord, newest_staging_try: int | None) -> bool:
     """Whether the running try's ``supersedes`` XCom must be read (only when a newer try runs).
 
     :param state: the normalised state.
@@ -276,7 +245,7 @@ def newest_try(branch_names: Iterable[str], key: PublicationKey, prefix: str) ->
     return max(tries, default=None)
 
 
-def judge(head: HeadState, record: LakefenceRecord, publisher: PublisherState) -> Judgement:
+def judge(head: HeadState, record: LakeFenceRecord, publisher: PublisherState) -> Judgement:
     """Second step: judge a publication HEAD from its task instance's state.
 
     :param head: the target branch's HEAD.

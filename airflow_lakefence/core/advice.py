@@ -1,4 +1,4 @@
-"""Fail-closed messages that say what happened *and what to do* (issue 13).
+"""Fail-closed messages that say what happened *and what to do*.
 
 The publish fence (:mod:`airflow_lakefence.core.fence`) decides; this module explains a
 ``fail_closed`` decision for the person who reads the task log, from the same values: the target's

@@ -1,4 +1,4 @@
-"""Which staging branches may be deleted (the cleaner of seed 003), and the evidence marker.
+"""Which staging branches may be deleted (the staging cleaner), and the evidence marker.
 
 A staging branch outlives its attempt when the worker died (no ``finally`` ran), when a delete
 failed, or on purpose: the attempt keeps it as evidence of a fail-closed publish. The cleaner
@@ -51,7 +51,7 @@ from airflow_lakefence.core.merge_only import TEMP_SUFFIX
 from airflow_lakefence.core.metadata import (
     METADATA_PREFIX,
     ROLE_STAGE,
-    LakefenceRecord,
+    LakeFenceRecord,
     decode_metadata,
     encode_metadata,
 )
@@ -83,7 +83,7 @@ def evidence_metadata(attempt: AttemptId, input_ref: str, error: str) -> dict[st
     """
     if not error:
         raise ValueError("the evidence marker needs the error's class name")
-    record = LakefenceRecord(attempt, ROLE_STAGE, input_ref)
+    record = LakeFenceRecord(attempt, ROLE_STAGE, input_ref)
     return {**encode_metadata(record), EVIDENCE_KEY: error[:_MAX_ERROR_NAME]}
 
 
@@ -112,7 +112,7 @@ class StagingBranch:
     name: str
     head: str
     info: StagingBranchInfo
-    record: LakefenceRecord | None = None
+    record: LakeFenceRecord | None = None
     evidence: str | None = None
     temporary: bool = False
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
@@ -29,6 +27,7 @@ from airflow_lakefence.core.evidence import MARKER_TRIES, Evidence
 from airflow_lakefence.core.fence import Action, decide_publish
 from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard
 from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
 from airflow_lakefence.core.publish import Publisher, supersedes
@@ -66,27 +65,6 @@ __all__ = [
     "normalise_prefixes",
     "seconds",
 ]
-
-
-@dataclass(frozen=True)
-class AttemptLocations:
-    """Where the attempt's job reads and writes.
-
-    :param repository: the lakeFS repository.
-    :param target_branch: the branch the output will be published into (never written by the job).
-    :param input_commit: the resolved input commit id: read this, never a branch.
-    :param staging_branch: the attempt's private branch (``direct`` mode writes here); ``None``
-        when read-only.
-    :param workspace: the attempt's fresh local directory (``workspace`` mode), else ``None``.
-    :param write_mode: ``workspace``, ``direct`` or ``read_only``.
-    """
-
-    repository: str
-    target_branch: str
-    input_commit: str
-    staging_branch: str | None
-    workspace: Path | None
-    write_mode: str
 
 
 Job = Callable[[AttemptLocations], None]

@@ -11,8 +11,10 @@ foreign and fails closed rather than guessing.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 
@@ -26,7 +28,7 @@ _REQUIRED = ("version", "role", "dag_id", "run_id", "task_id", "map_index", "try
 
 
 @dataclass(frozen=True)
-class LakefenceRecord:
+class LakeFenceRecord:
     """The lakefence facts a commit carries.
 
     :param attempt: the attempt that wrote the commit.
@@ -41,7 +43,7 @@ class LakefenceRecord:
     staged_commit: str | None = None
 
 
-def encode_metadata(record: LakefenceRecord) -> dict[str, str]:
+def encode_metadata(record: LakeFenceRecord) -> dict[str, str]:
     """Encode a record as lakeFS commit metadata (string to string).
 
     :param record: the record.
@@ -66,7 +68,7 @@ def encode_metadata(record: LakefenceRecord) -> dict[str, str]:
     return {METADATA_PREFIX + name: value for name, value in values.items()}
 
 
-def decode_metadata(metadata: Mapping[str, str] | None) -> LakefenceRecord | None:
+def decode_metadata(metadata: Mapping[str, str] | None) -> LakeFenceRecord | None:
     """Decode the lakefence record of a commit's metadata.
 
     :param metadata: the commit's metadata, possibly ``None``.
@@ -87,7 +89,7 @@ def decode_metadata(metadata: Mapping[str, str] | None) -> LakefenceRecord | Non
     if try_number < 1:
         return None
     key = PublicationKey(values["dag_id"], values["run_id"], values["task_id"], map_index)
-    return LakefenceRecord(
+    return LakeFenceRecord(
         attempt=AttemptId(key, try_number, values["ti_id"]),
         role=values["role"],
         input_ref=values["input_ref"],
@@ -111,3 +113,15 @@ def check_user_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
             raise ValueError(f"commit_metadata key {key!r} uses a reserved prefix")
         result[key] = value
     return result
+
+
+def __getattr__(name: str) -> Any:
+    # The spelling of earlier releases; the package spells its names LakeFence*.
+    if name == "LakefenceRecord":
+        warnings.warn(
+            "airflow_lakefence.core.metadata.LakefenceRecord is deprecated: use LakeFenceRecord",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return LakeFenceRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

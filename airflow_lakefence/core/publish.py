@@ -26,7 +26,7 @@ from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
 from airflow_lakefence.core.request import PublishRequest, read_target_head
@@ -146,7 +146,7 @@ class Publisher:
         changed = staged.id != input_commit
         metadata = {
             **(self.request.commit_metadata or {}),
-            **encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
+            **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:

@@ -23,7 +23,7 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO
 from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.metadata import ROLE_STAGE, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
 from airflow_lakefence.core.request import PublishRequest
@@ -276,7 +276,7 @@ class StagingArea:
         :return: the staged commit.
         """
         client, repo = self.lakefs, self.request.repository
-        record = LakefenceRecord(attempt, ROLE_STAGE, input_commit)
+        record = LakeFenceRecord(attempt, ROLE_STAGE, input_commit)
         metadata = {**(self.request.commit_metadata or {}), **encode_metadata(record)}
         message = self.request.message(ROLE_STAGE, attempt)
 

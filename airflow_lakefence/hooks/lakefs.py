@@ -9,6 +9,12 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_lakefence.core.hardfence import FenceCheck
+from airflow_lakefence.core.locations import (
+    ACCESS_KEY_ID_ENV,
+    LAKECTL_ACCESS_KEY_ID_ENV,
+    LAKECTL_SECRET_ACCESS_KEY_ENV,
+    SECRET_ACCESS_KEY_ENV,
+)
 from airflow_lakefence.exceptions import (
     InvalidInputError,
     LakeFenceError,
@@ -152,14 +158,15 @@ class LakeFSHook(BaseHook):
 
         Only for a child process's environment: never log, template or push these.
         """
+        login, password = self._connection.login, self._connection.password
         return {
-            "LAKECTL_CREDENTIALS_ACCESS_KEY_ID": self._connection.login,
-            "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY": self._connection.password,
-            "LAKEFS_ACCESS_KEY_ID": self._connection.login,
-            "LAKEFS_SECRET_ACCESS_KEY": self._connection.password,
+            LAKECTL_ACCESS_KEY_ID_ENV: login,
+            LAKECTL_SECRET_ACCESS_KEY_ENV: password,
+            ACCESS_KEY_ID_ENV: login,
+            SECRET_ACCESS_KEY_ENV: password,
         }
 
-    # -- hard fence (issue 18; airflow_lakefence.hardfence) ----------------------------------
+    # -- hard fence (the lakeFS pre-merge hook; airflow_lakefence.hardfence) -----------------
 
     def install_hard_fence(self, repository: str, branch: str, *, force: bool = False) -> InstallResult:
         """Install or upgrade the hard fence (a lakeFS pre-merge hook) on ``branch``, by a merge.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
@@ -13,7 +13,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Variable
 
-from airflow_lakefence.core.abandoned import normalise_state, state_from_task_states
 from airflow_lakefence.core.cleanup import (
     StagingBranch,
     inspect_branch,
@@ -26,7 +25,7 @@ from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.triggers.probes import AirflowView, TaskSdkView
+from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"
@@ -74,21 +73,6 @@ def _publishers(value: Iterable[Any] | None) -> list[tuple[str, str]]:
     return result
 
 
-def _keys_of_answer(dag_id: str, task_ids: Sequence[str], answer: Any) -> dict[PublicationKey, str | None]:
-    """Turn a ``get_task_states`` answer over every run into {key: state}."""
-    found: dict[PublicationKey, str | None] = {}
-    wanted = set(task_ids)
-    for run_id, by_task in (answer or {}).items():
-        for name, state in (by_task or {}).items():
-            if name in wanted:
-                found[PublicationKey(dag_id, run_id, name, -1)] = normalise_state(state)
-                continue
-            task_id, _, index = name.rpartition("_")
-            if task_id in wanted and index.isdigit():
-                found[PublicationKey(dag_id, run_id, task_id, int(index))] = normalise_state(state)
-    return found
-
-
 def _evidence_names(value: Any) -> Collection[str] | None:
     """The branch names of an ``evidence`` XCom (``{branch: error class}``); ``None`` when absent or
     malformed (a try that did not report it: unknown, never "no evidence")."""
@@ -134,6 +118,8 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         least this long (it must outlast your longest fenced task); ``None`` keeps them.
     :param delete_evidence: also delete dead attempts' evidence branches.
     :param dry_run: decide and report, delete nothing.
+    :param clock: where ``max_age`` reads the time, in epoch seconds (default :func:`time.time`; a
+        test passes a clock it moves instead of waiting).
     :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
     :param kwargs: :class:`BaseOperator` arguments.
     :raises InvalidInputError: for a malformed prefix, publisher or ``max_age``.
@@ -151,6 +137,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         max_age: timedelta | None = None,
         delete_evidence: bool = False,
         dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
         lakefs_conn_id: str = LakeFSHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -168,6 +155,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         self.delete_evidence = delete_evidence
         # BaseOperator.dry_run is a method (template rendering): the flag needs another name.
         self.is_dry_run = dry_run
+        self.clock = clock
         self.lakefs_conn_id = lakefs_conn_id
 
     @cached_property
@@ -181,7 +169,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         :param context: the Airflow context.
         :raises LakeFenceError: a lakeFS failure; nothing is deleted on an incomplete answer.
         """
-        now = time.time()
+        now = self.clock()
         ti = context["ti"]
         memory_key = memory_variable_key(self.lakefs_conn_id, self.repository, self.staging_branch_prefix)
         previous = self._previous_memory(memory_key)
@@ -215,7 +203,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         for dag_id, task_id in self.publishers:
             by_dag[dag_id].append(task_id)
         for dag_id, task_ids in by_dag.items():
-            states.update(_keys_of_answer(dag_id, task_ids, airflow.task_states(dag_id, task_ids)))
+            states.update(states_by_key(dag_id, task_ids, airflow.task_states(dag_id, task_ids)))
         keys = known_keys(branches, states)
         wanted = {keys[b.info.key_hash] for b in branches if b.info.key_hash in keys} - states.keys()
         grouped: dict[str, list[PublicationKey]] = defaultdict(list)

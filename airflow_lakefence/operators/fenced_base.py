@@ -21,19 +21,18 @@ from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
 from airflow_lakefence.core.engine import (
     HARD_FENCE_MODES,
-    AttemptLocations,
     PublishEngine,
     PublishRequest,
     PublishResult,
     seconds,
 )
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
-from airflow_lakefence.run_state import TaskStateStoreRunState
-from airflow_lakefence.triggers.probes import EVIDENCE_KEY, SUPERSEDES_KEY
+from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY, TaskStateStoreRunState
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (

@@ -3,13 +3,15 @@
 The second adapter of :class:`~airflow_lakefence.core.engine.PublishEngine` (the first is
 :class:`~airflow_lakefence.operators.fenced_spark.FencedSparkPublishOperator`): the job is a Python
 callable (pandas, polars, DuckDB, plain Python...). It receives the attempt's locations as a
-:class:`LakeFenceAttempt` in its ``lakefence`` argument; everything else (the attempt fence, the
+:class:`LakeFenceAttempt` (an :class:`~airflow_lakefence.core.locations.AttemptLocations` with a
+client) in its ``lakefence`` argument; everything else (the attempt fence, the
 staging branch, the publish fence, evidence, XCom, links, assets, lineage) is the shared protocol.
 The TaskFlow form is ``@task.lakefs_publish`` (:mod:`airflow_lakefence.decorators`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from typing import Any, ClassVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
-from airflow_lakefence.core.engine import AttemptLocations
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.exceptions import JobError
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
@@ -29,33 +31,57 @@ ATTEMPT_ARG = "lakefence"
 
 @dataclass(frozen=True)
 class LakeFenceAttempt:
-    """Where one attempt's function reads and writes.
+    """What one attempt's function gets: its locations, a lakeFS client and fsspec options.
 
     Read the input at :attr:`input_commit` (a commit id, fixed for the attempt), never at a branch.
     In ``workspace`` mode write files under :attr:`workspace` (paths relative to it become object
     paths); in ``direct`` mode write objects into :attr:`staging_branch` (for example with
     :attr:`client`), never into the target branch.
 
-    :param repository: the lakeFS repository.
-    :param target_branch: the branch the output will be published into.
-    :param input_commit: the resolved input commit id.
-    :param staging_branch: the attempt's private branch (``None`` when read-only).
-    :param workspace: the attempt's fresh local directory (``workspace`` mode), else ``None``.
-    :param write_mode: ``workspace``, ``direct`` or ``read_only``.
-    :param endpoint: the lakeFS endpoint URL.
+    :param locations: where the attempt reads and writes (with the lakeFS endpoint; its URIs are
+        ``lakefs://`` ones, for lakefs-spec).
     :param client: a lakeFS client on the task's connection (``read_object``, ``list_objects``,
         ``upload_file``...).
     """
 
-    repository: str
-    target_branch: str
-    input_commit: str
-    staging_branch: str | None
-    workspace: Path | None
-    write_mode: str
-    endpoint: str
+    locations: AttemptLocations
     client: LakeFSClient = field(repr=False)
     _credentials: tuple[str, str] = field(repr=False, default=("", ""))
+
+    @property
+    def repository(self) -> str:
+        """The lakeFS repository."""
+        return self.locations.repository
+
+    @property
+    def target_branch(self) -> str | None:
+        """The branch the output will be published into."""
+        return self.locations.target_branch
+
+    @property
+    def input_commit(self) -> str:
+        """The resolved input commit id."""
+        return self.locations.input_commit
+
+    @property
+    def staging_branch(self) -> str | None:
+        """The attempt's private branch (``None`` when read-only)."""
+        return self.locations.staging_branch
+
+    @property
+    def workspace(self) -> Path | None:
+        """The attempt's fresh local directory (``workspace`` mode), else ``None``."""
+        return self.locations.workspace
+
+    @property
+    def write_mode(self) -> str:
+        """``workspace``, ``direct`` or ``read_only``."""
+        return self.locations.write_mode
+
+    @property
+    def endpoint(self) -> str:
+        """The lakeFS endpoint URL."""
+        return self.locations.endpoint or ""
 
     @property
     def input_uri(self) -> str:
@@ -107,13 +133,7 @@ class FencedPythonPublishOperator(FencedPublishOperatorBase, PythonOperator):
         """
         connection = self.lakefs_hook.get_connection(self.lakefs_conn_id)
         attempt = LakeFenceAttempt(
-            repository=locations.repository,
-            target_branch=locations.target_branch,
-            input_commit=locations.input_commit,
-            staging_branch=locations.staging_branch,
-            workspace=locations.workspace,
-            write_mode=locations.write_mode,
-            endpoint=self.lakefs_hook.endpoint,
+            dataclasses.replace(locations, endpoint=self.lakefs_hook.endpoint, scheme="lakefs"),
             client=self.lakefs,
             _credentials=(str(connection.login or ""), str(connection.password or "")),
         )

@@ -8,6 +8,7 @@ This module only runs the Spark job, through the Spark provider's public argumen
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -15,10 +16,10 @@ from typing import Any, ClassVar
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
-from airflow_lakefence.core.engine import AttemptLocations
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError, JobError, SparkJobError
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
-from airflow_lakefence.spark import kubernetes_secret_conf, s3a_submit_options
+from airflow_lakefence.spark_submit import kubernetes_secret_conf, s3a_submit_options
 
 DEFAULT_SPARK_CONN_ID = "spark_default"
 #: The levels Spark's ``spark.log.level`` accepts (``SparkContext.setLogLevel``'s).
@@ -55,9 +56,10 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     staging and before publishing) and the target is in a state the protocol can explain (publish
     fence). A publication left behind by a dead earlier try is replaced, not stacked.
 
-    The job receives ``LAKEFS_ENDPOINT``, ``LAKEFENCE_REPOSITORY``, ``LAKEFENCE_STAGING_BRANCH``,
-    ``LAKEFENCE_INPUT_COMMIT``, ``LAKEFENCE_TARGET_BRANCH``, ``LAKEFENCE_WRITE_MODE`` and
-    ``LAKEFENCE_WORKSPACE_DIR`` as environment variables and as ``spark.lakefence.*`` confs;
+    The job receives its locations (the variables of
+    :data:`~airflow_lakefence.core.locations.JOB_ENVIRONMENT`: ``LAKEFS_ENDPOINT``,
+    ``LAKEFENCE_REPOSITORY``, ``LAKEFENCE_INPUT_COMMIT``...) as environment variables and as
+    ``spark.lakefence.*`` confs;
     credentials only through the environment (``LAKEFS_ACCESS_KEY_ID`` /
     ``LAKEFS_SECRET_ACCESS_KEY``), never in argv: on YARN and Kubernetes, where the provider turns
     the environment into ``--conf`` arguments, the cluster must supply them itself. With a
@@ -137,18 +139,7 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
 
         :param locations: the attempt's locations.
         """
-        values = {
-            "LAKEFS_ENDPOINT": self.lakefs_hook.endpoint,
-            "LAKEFENCE_REPOSITORY": locations.repository,
-            "LAKEFENCE_INPUT_COMMIT": locations.input_commit,
-            "LAKEFENCE_TARGET_BRANCH": locations.target_branch,
-            "LAKEFENCE_WRITE_MODE": locations.write_mode,
-        }
-        if locations.staging_branch is not None:
-            values["LAKEFENCE_STAGING_BRANCH"] = locations.staging_branch
-        if locations.workspace is not None:
-            values["LAKEFENCE_WORKSPACE_DIR"] = str(locations.workspace)
-        return values
+        return dataclasses.replace(locations, endpoint=self.lakefs_hook.endpoint).to_environment()
 
     def run_job(self, context: Any, locations: AttemptLocations) -> None:
         """Run spark-submit through the provider with this attempt's confs and environment.

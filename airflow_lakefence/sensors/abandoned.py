@@ -9,8 +9,9 @@ from airflow_lakefence.core.abandoned import CONDITIONS, DETECT, PublisherScope,
 from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
+from airflow_lakefence.task_instances import TaskSdkView
 from airflow_lakefence.triggers.lakefs import AbandonedPublicationTrigger
-from airflow_lakefence.triggers.probes import TaskSdkView, probe_abandoned
+from airflow_lakefence.triggers.probes import probe_abandoned
 
 
 class AbandonedPublicationSensor(LakeFSBaseSensor):

@@ -14,7 +14,7 @@ from airflow_lakefence import exceptions
 from airflow_lakefence.exceptions import LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.triggers.lakefs import _LakeFSPollingTrigger
+from airflow_lakefence.triggers.lakefs import LakeFSPollingTrigger
 
 
 def _error_class(name: object) -> type[LakeFenceError]:
@@ -56,7 +56,7 @@ class LakeFSBaseSensor(BaseSensorOperator):
         """One probe: ``(done, value)``; subclasses implement it."""
         raise NotImplementedError
 
-    def trigger(self, deadline: float) -> _LakeFSPollingTrigger:
+    def trigger(self, deadline: float) -> LakeFSPollingTrigger:
         """The trigger that repeats :meth:`probe` in the triggerer; subclasses implement it.
 
         :param deadline: epoch seconds after which it gives up.

@@ -22,10 +22,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_lakefence.core.abandoned import CONDITIONS, PublisherScope, condition_met
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.triggers.probes import TaskSdkView, probe_abandoned, probe_new_commit, probe_object
+from airflow_lakefence.task_instances import TaskSdkView
+from airflow_lakefence.triggers.probes import probe_abandoned, probe_new_commit, probe_object
 
 
-class _LakeFSPollingTrigger(BaseTrigger):
+class LakeFSPollingTrigger(BaseTrigger):
     """Poll one probe until it is satisfied.
 
     :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
@@ -90,7 +91,7 @@ class _LakeFSPollingTrigger(BaseTrigger):
             await asyncio.sleep(self.poke_interval)
 
 
-class AbandonedPublicationTrigger(_LakeFSPollingTrigger):
+class AbandonedPublicationTrigger(LakeFSPollingTrigger):
     """Deferred half of :class:`~airflow_lakefence.sensors.AbandonedPublicationSensor`.
 
     :param repository: the repository.
@@ -159,7 +160,7 @@ class AbandonedPublicationTrigger(_LakeFSPollingTrigger):
         return condition_met(self.condition, judgement, self.ignore_repairs_underway), judgement.to_dict()
 
 
-class LakeFSCommitTrigger(_LakeFSPollingTrigger):
+class LakeFSCommitTrigger(LakeFSPollingTrigger):
     """Deferred half of :class:`~airflow_lakefence.sensors.LakeFSCommitSensor`.
 
     :param repository: the repository.
@@ -198,7 +199,7 @@ class LakeFSCommitTrigger(_LakeFSPollingTrigger):
         return head is not None, head
 
 
-class LakeFSFileTrigger(_LakeFSPollingTrigger):
+class LakeFSFileTrigger(LakeFSPollingTrigger):
     """Deferred half of :class:`~airflow_lakefence.sensors.LakeFSFileSensor`.
 
     :param repository: the repository.

@@ -2,14 +2,11 @@
 
 Each probe is synchronous and bounded (at most two lakeFS calls); the sensors call it in the
 worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
-share every decision. Airflow is asked through the Task SDK calls that work in both places
-(``RuntimeTaskInstance.get_task_states`` and ``XCom.get_one``, as Airflow's own ``WorkflowTrigger``
-does).
+share every decision. Airflow is asked through an :class:`~airflow_lakefence.task_instances.AirflowView`
+(:class:`~airflow_lakefence.task_instances.TaskSdkView`: Task SDK calls that work in both places).
 """
 
 from __future__ import annotations
-
-from typing import Any, Protocol
 
 from airflow_lakefence.core.abandoned import (
     Judgement,
@@ -21,80 +18,12 @@ from airflow_lakefence.core.abandoned import (
     needs_supersedes,
     newest_try,
     publication_of,
-    state_from_task_states,
 )
 from airflow_lakefence.core.fence import HeadState
-from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.naming import staging_branch_prefix
 from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
 from airflow_lakefence.lakefs_client import LakeFSClient
-
-#: The XCom key under which the fenced operator reports the commit it stands behind.
-OUTPUT_REF_KEY = "output_ref"
-#: The XCom key under which a try names the successful publication it replaces (a cleared success).
-SUPERSEDES_KEY = "supersedes"
-#: The XCom key under which a try reports the run's evidence branches (``{branch: error class}``).
-EVIDENCE_KEY = "evidence"
-
-
-class AirflowView(Protocol):
-    """What the probes ask Airflow."""
-
-    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
-        """``{run_id: {task_id or task_id_mapindex: state}}`` for the given task instances."""
-
-    def output_ref(self, key: PublicationKey) -> Any:
-        """The ``output_ref`` XCom of the task instance of ``key``, or ``None``."""
-
-    def supersedes(self, key: PublicationKey) -> Any:
-        """The ``supersedes`` XCom of the task instance of ``key``, or ``None``."""
-
-    def evidence(self, key: PublicationKey) -> Any:
-        """The ``evidence`` XCom of the task instance of ``key`` (the cleaner), or ``None``."""
-
-
-class TaskSdkView:
-    """:class:`AirflowView` through the Task SDK: works in a running task and in a trigger."""
-
-    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
-        """Ask the Execution API for task-instance states (one call).
-
-        :param dag_id: the DAG id.
-        :param task_ids: the task ids.
-        :param run_ids: the run ids; ``None`` for every run.
-        """
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-        return RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=task_ids, run_ids=run_ids)
-
-    def output_ref(self, key: PublicationKey) -> Any:
-        """Read the ``output_ref`` XCom of one task instance (one call).
-
-        :param key: the publication key.
-        """
-        return self._xcom(OUTPUT_REF_KEY, key)
-
-    def supersedes(self, key: PublicationKey) -> Any:
-        """Read the ``supersedes`` XCom of one task instance (one call).
-
-        :param key: the publication key.
-        """
-        return self._xcom(SUPERSEDES_KEY, key)
-
-    def evidence(self, key: PublicationKey) -> Any:
-        """Read the ``evidence`` XCom of one task instance (one call).
-
-        :param key: the publication key.
-        """
-        return self._xcom(EVIDENCE_KEY, key)
-
-    @staticmethod
-    def _xcom(name: str, key: PublicationKey) -> Any:
-        from airflow.sdk.execution_time.xcom import XCom
-
-        return XCom.get_one(
-            key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
-        )
+from airflow_lakefence.task_instances import AirflowView, state_from_task_states
 
 
 def probe_abandoned(

@@ -14,13 +14,13 @@ import os
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_lakefence.spark import LakefenceJob, lakefence_spark_session
+from airflow_lakefence.spark import LakeFenceJob, lakefence_spark_session
 
 INPUT = "events/"
 OUTPUT = "tables/daily_counts/"
 
 
-def read_input(job: LakefenceJob) -> DataFrame:
+def read_input(job: LakeFenceJob) -> DataFrame:
     if job.s3a:
         return job.spark.read.parquet(job.input_uri(INPUT))
     import pyarrow.parquet as pq

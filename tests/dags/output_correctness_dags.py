@@ -1,4 +1,4 @@
-"""DAGs of the issue-13 tests (tests/integration/test_output_correctness.py), driven by dag_run.conf.
+"""DAGs of the output-correctness tests (tests/integration/test_output_correctness.py), driven by dag_run.conf.
 
 conf keys: repository, target, input_ref, job (the write_job spec, or the commit_job spec),
 output_prefixes; ``jobs`` (one spec per map index) for the mapped DAG.

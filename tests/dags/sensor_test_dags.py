@@ -6,6 +6,7 @@ The publishing DAGs are those of fenced_test_dags.py.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pendulum
@@ -21,6 +22,24 @@ PUBLISHERS = [
     {"dag_id": "lf_test_direct", "task_id": "publish"},
     {"dag_id": "lf_test_retry", "task_id": "publish"},
 ]
+
+
+class MovableClock:
+    """The age-rule cleaner's clock: it stands still until a test moves it (no sleeping, no drift)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        self.now += seconds
+
+
+#: The clock of lf_clean_unscoped (the cleaner with max_age).
+CLOCK = MovableClock()
 
 
 def _dag(dag_id: str) -> DAG:
@@ -116,7 +135,7 @@ with _dag("lf_clean") as clean_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, publishers=PUBLISHERS)
 
 with _dag("lf_clean_unscoped") as clean_unscoped_dag:
-    LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, max_age=timedelta(seconds=1))
+    LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, max_age=timedelta(seconds=1), clock=CLOCK)
 
 with _dag("lf_clean_dry_run") as clean_dry_run_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, publishers=PUBLISHERS, dry_run=True)

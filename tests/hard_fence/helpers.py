@@ -50,11 +50,19 @@ def install_user_hook(repo: lakefs.Repository, branch: str, name: str, reject_ke
     return commit_on(repo, branch, {f"_lakefs_actions/{name}.yaml": body.encode()}, "user hook")
 
 
-def protect(client: lakefs.Client, repo: lakefs.Repository, pattern: str, *, timeout: float = 60.0) -> None:
-    """Protect branches matching ``pattern`` and wait until lakeFS enforces it on branch ``pattern``.
+def protect(
+    client: lakefs.Client,
+    repo: lakefs.Repository,
+    pattern: str,
+    *,
+    probe_branch: str | None = None,
+    timeout: float = 60.0,
+) -> None:
+    """Protect branches matching ``pattern`` and wait until lakeFS enforces it on ``probe_branch``
+    (default: the branch named ``pattern``).
 
-    lakeFS caches the rules (about 10 s on v1.86): poll a harmless hard reset of the branch onto its
-    own head until it is refused.
+    lakeFS caches the rules (about 10 s on v1.86): poll a harmless hard reset of the probe branch
+    onto its own head until it is refused.
     """
     api = client.sdk_client
     try:
@@ -63,10 +71,12 @@ def protect(client: lakefs.Client, repo: lakefs.Repository, pattern: str, *, tim
         if "invalid API endpoint" not in str(exc.body):
             raise
         pytest.skip("this lakeFS server has no branch protection")
+    probe = probe_branch or pattern
+    probe_head = head(repo, probe)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            api.experimental_api.hard_reset_branch(repo.id, pattern, head(repo, pattern))
+            api.experimental_api.hard_reset_branch(repo.id, probe, probe_head)
         except ForbiddenException:
             return
         if time.monotonic() > deadline:

@@ -8,14 +8,13 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence import failpoints
 from airflow_lakefence.core import hardfence as hf
 from airflow_lakefence.exceptions import HardFenceMissingError
 from airflow_lakefence.hardfence import install_hard_fence
 from tests.conftest import load_dag_module
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, protect
-from tests.integration.helpers import run_dag, ti_state, xcoms
+from tests.integration.helpers import die_after_publishing, run_dag, ti_state, xcoms
 
 pytestmark = [pytest.mark.hard_fence, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
@@ -71,14 +70,7 @@ def test_retry_replaces_the_abandoned_publication_by_merges(
     input_commit = install_hard_fence(adapter, lakefs_repo.id, "main").head
     if protected:
         protect(lakefs_client, lakefs_repo, "main")
-    seen: list[str] = []
-
-    def worker_dies_after_publishing() -> None:
-        if not seen:
-            seen.append(lakefs_repo.branch("main").get_commit().id)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", worker_dies_after_publishing)
+    seen = die_after_publishing(lakefs_repo)
     dag = dags.merge_only_retry_dag if not protected else dags.required_retry_dag
     dr = run_dag(dag, conf(lakefs_repo, input_commit, **{"out/a.txt": "a"}))
     assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import lakefs
+
+from airflow_lakefence import failpoints
 
 
 def commit_files(repo: lakefs.Repository, branch: str, files: dict[str, str], message: str) -> str:
@@ -13,6 +16,55 @@ def commit_files(repo: lakefs.Repository, branch: str, files: dict[str, str], me
     for path, text in files.items():
         ref.object(path).upload(text.encode(), pre_sign=False)
     return ref.commit(message).get_commit().id
+
+
+def publish_conf(
+    repo: lakefs.Repository, input_ref: str, job: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The run conf of the fenced test DAGs: run ``job`` (default: write ``out/a.txt``) on
+    ``input_ref`` and publish into ``main``; ``extra`` adds operator arguments (``output_prefixes``...).
+    """
+    return {
+        "repository": repo.id,
+        "target": "main",
+        "input_ref": input_ref,
+        "job": {"files": {"out/a.txt": "A"}} if job is None else job,
+        **extra,
+    }
+
+
+def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[str]:
+    """Commit ids on main's first-parent line above ``input_commit``, newest first."""
+    above = []
+    for commit in repo.branch("main").log(first_parent=True):
+        if commit.id == input_commit:
+            return above
+        above.append(commit.id)
+    raise AssertionError("input commit is not on main's history")
+
+
+def die_after_publishing(
+    repo: lakefs.Repository | None = None, *, times: int = 1, also: Callable[[], None] | None = None
+) -> list[str]:
+    """Arm ``after_verify`` so the first ``times`` tries die right after publishing (a worker death).
+
+    :param repo: give it to learn main's HEAD as each dying try left it (its abandoned publication):
+        one ``getCommit`` per dying try, so leave it out where lakeFS calls are counted.
+    :param times: how many tries die.
+    :param also: run by each dying try before it raises.
+    :return: one entry per try that died, filled as they die: main's HEAD with ``repo``, else ``"died"``.
+    """
+    abandoned: list[str] = []
+
+    def die() -> None:
+        if len(abandoned) < times:
+            abandoned.append(repo.branch("main").get_commit().id if repo is not None else "died")
+            if also is not None:
+                also()
+            raise RuntimeError("worker died after publishing")
+
+    failpoints.arm("after_verify", die)
+    return abandoned
 
 
 def read_text(repo: lakefs.Repository, ref: str, path: str) -> str:

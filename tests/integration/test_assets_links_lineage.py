@@ -17,7 +17,7 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import PublishFenceError
 from tests.conftest import DAGS_FOLDER
-from tests.integration.helpers import commit_files, run_dag, xcoms
+from tests.integration.helpers import commit_files, die_after_publishing, publish_conf, run_dag, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
@@ -53,14 +53,10 @@ def asset_events() -> list[dict[str, Any]]:
         return [dict(row.extra) for row in rows.order_by(AssetEvent.id)]
 
 
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any]) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job}
-
-
 def test_event_only_when_published_with_the_exact_commit(dags: Any, asset_repo: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = asset_repo
     before = len(asset_events())
-    dr = run_dag(dags.assets_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.assets_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     head = repo.branch("main").get_commit()
     events = asset_events()[before:]
@@ -74,12 +70,12 @@ def test_event_only_when_published_with_the_exact_commit(dags: Any, asset_repo: 
         }
     ]
     # Nothing changed: a no-op publishes nothing, so no event.
-    dr = run_dag(dags.assets_dag, conf(repo, head.id, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.assets_dag, publish_conf(repo, head.id, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success" and xcoms(dr, "publish")["decision"] == "noop"
     assert len(asset_events()) == before + 1
     # A fail-closed publish emits nothing either.
     commit_files(repo, "main", {"other.txt": "x"}, "foreign")
-    dr = run_dag(dags.assets_dag, conf(repo, head.id, {"files": {"out/b.txt": "B"}}))
+    dr = run_dag(dags.assets_dag, publish_conf(repo, head.id, {"files": {"out/b.txt": "B"}}))
     assert dr.state == "failed" and isinstance(dags.FAILURES[("lf_test_assets", 2)], PublishFenceError)
     assert len(asset_events()) == before + 1
 
@@ -88,15 +84,8 @@ def test_links_follow_the_try(
     dags: Any, asset_repo: tuple[lakefs.Repository, str], lakefs_conn: dict[str, str]
 ) -> None:
     repo, input_commit = asset_repo
-    calls: list[int] = []
-
-    def die_once() -> None:
-        if not calls:
-            calls.append(1)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", die_once)
-    dr = run_dag(dags.assets_dag, conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
+    die_after_publishing()
+    dr = run_dag(dags.assets_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     base = lakefs_conn["host"].removesuffix("/api/v1")
@@ -114,7 +103,7 @@ def test_staging_link_is_empty_when_the_try_kept_no_branch(
     dags: Any, asset_repo: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = asset_repo
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "fail": True}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "fail": True}))
     assert dr.state == "failed"
     values = xcoms(dr, "publish")
     assert values["staging_branch"] is None  # created, then deleted when the job failed
@@ -132,7 +121,7 @@ def test_the_task_is_the_declared_producer_of_its_lakefs_asset(
     from airflow.utils.session import create_session
 
     repo, input_commit = asset_repo
-    assert run_dag(dags.assets_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}})).state == "success"
+    assert run_dag(dags.assets_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}})).state == "success"
     with create_session() as session:
         asset = session.query(AssetModel).filter(AssetModel.uri == URI).one()
         producers = session.query(TaskOutletAssetReference).filter_by(asset_id=asset.id).all()
@@ -153,7 +142,7 @@ def test_staging_link_of_a_try_that_failed_closed(dags: Any, asset_repo: tuple[l
     repo, input_commit = asset_repo
     # Content unique to the test: the session's repository may already hold other.txt from another test.
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"racer.txt": input_commit}, "racer"))
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     values = xcoms(dr, "publish")
     error = dags.FAILURES[("lf_test_workspace", 1)]

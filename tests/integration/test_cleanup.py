@@ -18,18 +18,9 @@ from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.cleanup import memory_variable_key
-from tests.integration.helpers import commit_files, run_dag, staging_branches, xcoms
+from tests.integration.helpers import commit_files, publish_conf, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:
-    return {
-        "repository": repo.id,
-        "target": "main",
-        "input_ref": input_ref,
-        "job": job or {"files": {"out/a.txt": "A"}},
-    }
 
 
 def leave_branch_at(point: str, lakefs_controls: Any) -> None:
@@ -72,14 +63,14 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     client = LakeFSHook().client
     # A dead unstaged attempt (died during its job) and a dead staged one (died after staging).
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     # A fence violation: a foreign commit lands during the job; the operator keeps the branch.
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     evidence = publishers.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(evidence, PublishFenceError) and evidence.staging_branch
@@ -105,10 +96,10 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert "failed" in deleted[unstaged]["reason"] and deleted[unstaged]["dag_id"] == "lf_test_workspace"
     assert set(kept) == {evidence.staging_branch, staged}
     assert kept[evidence.staging_branch]["evidence"] == "PublishFenceError"
-    # Issue 13: a staged branch without a marker of a failed task instance may be evidence whose
+    # A staged branch without a marker, of a failed task instance, may be evidence whose
     # marker could not be written: it is kept.
     assert "staged but not marked" in kept[staged]["reason"] and kept[staged]["evidence"] is None
-    # One listing, one get_commit per distinct HEAD, one delete per dead branch, and (issue 13) one
+    # One listing, one get_commit per distinct HEAD, one delete per dead branch, and one
     # uncommitted diff (amount=1) per unstaged branch about to be deleted: does it hold anything?
     assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "diffBranch": 1, "deleteBranch": 1}
     assert sorted(staging_branches(repo)) == sorted([evidence.staging_branch, staged])
@@ -122,7 +113,7 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert staging_branches(repo) == []
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
@@ -130,7 +121,7 @@ def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
     # A direct-mode attempt died after its job: its output is uncommitted on the unstaged branch, as
     # the uploads of a try that failed closed before staging and could not mark its branch.
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     assert repo.branch(left).get_commit().id == input_commit and list(repo.branch(left).uncommitted())
@@ -150,7 +141,7 @@ def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
     repo, input_commit = seeded
     client = LakeFSHook().client
     leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (staged,) = staging_branches(repo)
     # As if the worker had died in the middle of a merge-only replacement: the hidden temporary
@@ -161,7 +152,7 @@ def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
 
     result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
     deleted, kept = by_branch(result["deleted"]), by_branch(result["kept"])
-    # The staged branch may be evidence (kept, issue 13); the temporary one never is.
+    # The staged branch may be evidence (kept); the temporary one never is.
     assert set(deleted) == {temp} and set(kept) == {staged}
     assert deleted[temp]["reason"].startswith("merge-only temporary branch: its task instance is failed")
     assert deleted[temp]["dag_id"] == "lf_test_direct" and deleted[temp]["evidence"] is None
@@ -173,11 +164,11 @@ def test_keeps_a_live_attempts_branch(
 ) -> None:
     repo, input_commit = seeded
     from airflow_lakefence.operators import LakeFSStagingCleanupOperator
-    from airflow_lakefence.triggers.probes import TaskSdkView
+    from airflow_lakefence.task_instances import TaskSdkView
 
     # A dead attempt's (unstaged) leftover of another run...
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     dead = staging_branches(repo)
     results: list[dict[str, Any]] = []
@@ -193,7 +184,7 @@ def test_keeps_a_live_attempts_branch(
         results.append(cleaner.clean(client, TaskSdkView(), cleaner._inspect(client), {}, time.time()))
 
     failpoints.arm("after_fence_2", clean_while_running)
-    dr = run_dag(publishers.direct_dag, conf(repo, input_commit))
+    dr = run_dag(publishers.direct_dag, publish_conf(repo, input_commit))
     assert dr.state == "success"
     live = xcoms(dr, "publish")["staging_branch"]
     deleted, kept = by_branch(results[0]["deleted"]), by_branch(results[0]["kept"])
@@ -202,13 +193,13 @@ def test_keeps_a_live_attempts_branch(
     assert staging_branches(repo) == []  # the live attempt deleted its own branch when done
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     repo, input_commit = seeded
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     lakefs_controls.add_fault("deleteBranch", status=500)
@@ -232,7 +223,7 @@ def test_unidentified_branch_deleted_after_max_age(
 ) -> None:
     repo, input_commit = seeded
     leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     failpoints.disarm_all()
     (left,) = staging_branches(repo)
     # No publishers given and no record on the branch: the first sight only starts the clock...
@@ -253,8 +244,11 @@ def test_unidentified_branch_deleted_after_max_age(
         assert between["first_seen"] == {} and between["return_value"]["deleted"] == []
     finally:
         other.delete()
-    time.sleep(1.1)
-    # ...and a later run that finds it unchanged for max_age (1 s) deletes it.
+    # A run before max_age (1 s) has passed on the cleaner's clock keeps it...
+    early = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
+    assert early["deleted"] == [] and left in by_branch(early["kept"])
+    # ...and a later run that finds it unchanged for max_age deletes it.
+    cleaners.CLOCK.advance(1.1)
     second = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")["return_value"]
     assert set(by_branch(second["deleted"])) == {left}
     assert staging_branches(repo) == []
@@ -264,7 +258,7 @@ def test_unidentified_branch_deleted_after_max_age(
 def test_operator_marks_the_branch_it_keeps_as_evidence(publishers: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
-    assert run_dag(publishers.workspace_dag, conf(repo, input_commit)).state == "failed"
+    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
     error = publishers.FAILURES[("lf_test_workspace", 1)]
     head = repo.branch(error.staging_branch).get_commit()
     assert evidence_of(head.metadata) == "PublishFenceError"

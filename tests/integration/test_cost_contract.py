@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,8 +38,6 @@ from typing import Any
 
 import lakefs
 import pytest
-from lakefs_sdk.exceptions import ForbiddenException
-from lakefs_sdk.models.branch_protection_rule import BranchProtectionRule
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.attempt import attempt_from_context
@@ -53,6 +50,7 @@ from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.testing.lakefs_server.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.conftest import load_dag_module
+from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
@@ -61,7 +59,7 @@ REPOSITORY = f"cost-contract-{uuid.uuid4().hex[:8]}"
 MAX_DEPTH = 1000
 #: On real lakeFS the job's objects are uploaded for real: the largest volume point is capped.
 REAL_MAX_OBJECTS = 1000
-#: (target history depth, objects the job changes): every depth and every volume of the issue.
+#: (target history depth, objects the job changes): every depth and volume the cost targets name.
 POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
 POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
 
@@ -70,7 +68,7 @@ _BEFORE_RETRY = {**_BEFORE, "listBranches": 1}  # + earlier tries' staging branc
 #: decision -> (lakeFS calls before the Spark job, after it), per attempt. docs/performance.md.
 CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "merge": (_BEFORE, {"commit": 1, "getCommit": 2, "mergeIntoBranch": 1, "deleteBranch": 1}),
-    # "No changes" is checked against the staging branch's HEAD (issue 13: identify the staged
+    # "No changes" is checked against the staging branch's HEAD (to identify the staged
     # commit by this attempt's record, never by "no changes means C = I"): one more read.
     "noop": (_BEFORE, {"commit": 1, "getCommit": 2, "deleteBranch": 1}),
     "replace": (_BEFORE_RETRY, {"commit": 1, "getCommit": 2, "hardResetBranch": 1, "deleteBranch": 1}),
@@ -88,7 +86,7 @@ MAX_CALLS_AFTER_JOB = 5
 FENCE_MESSAGES = ("SetTaskStateStore", "GetTaskStateStore", "GetTaskStates")
 FENCE_CHECK = {"GetTaskStateStore": 1, "GetTaskStates": 1}
 MAX_API_CALLS_PER_CHECK = 2
-#: Before the job (issue 13): arming the fence (one write) and the run state: the input pin is read
+#: Before the job: arming the fence (one write) and the run state: the input pin is read
 #: and, on a first try, written; a retry also reads the evidence list and the reported publication.
 ARM_FIRST_TRY = {"SetTaskStateStore": 2, "GetTaskStateStore": 1}
 ARM_RETRY = {"SetTaskStateStore": 1, "GetTaskStateStore": 3}
@@ -252,24 +250,9 @@ class Backdoor:
         adapter = LakeFSClient(self.direct, self.info.access_key_id, self.info.secret_access_key)
         return install_hard_fence(adapter, REPOSITORY, branch).head
 
-    def protect(self, pattern: str, probe_branch: str, timeout: float = 60.0) -> None:
-        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``.
-
-        Real lakeFS caches the rules (about 10 s on v1.86): a harmless hard reset of the probe branch
-        onto its own head is retried until it is refused (403), as tests/hard_fence/helpers.py does.
-        """
-        api = self.client.sdk_client
-        api.repositories_api.set_branch_protection_rules(REPOSITORY, [BranchProtectionRule(pattern=pattern)])
-        head = self.get_commit(probe_branch).id
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                api.experimental_api.hard_reset_branch(REPOSITORY, probe_branch, head)
-            except ForbiddenException:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"branch protection on {pattern!r} not enforced after {timeout} s")
-            time.sleep(0.5)
+    def protect(self, pattern: str, probe_branch: str) -> None:
+        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``."""
+        protect(self.client, self.repo, pattern, probe_branch=probe_branch)
 
 
 @pytest.fixture(scope="module")
@@ -634,7 +617,7 @@ def test_relocate(
     assert run.published_before_death and run.published_before_death[0] != run.input_commit
     assert server.count_objects(run.target) == 0
     assert_contract(run.attempts[1], "merge")
-    # One over the limits (issue 13): "no changes" is checked on the staging branch's HEAD.
+    # One over the limits: "no changes" is checked on the staging branch's HEAD.
     assert_contract(run.attempts[2], "relocate", over=1)
     assert_fence_cost(run.attempts[2], arm=ARM_RETRY)
 
@@ -677,7 +660,7 @@ def test_output_prefixes_add_one_diff_per_prefix_level(
     measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, objects: int
 ) -> None:
     """Direct mode with ``output_prefixes=["out/"]``: one uncommitted-diff listing, whatever the volume,
-    and (``output_mode="replace"``, issue 13) one listing of what the input holds under the prefix.
+    and (``output_mode="replace"``) one listing of what the input holds under the prefix.
 
     These are two calls over the ≤ 5 after the job (see docs/performance.md).
     """

@@ -273,6 +273,9 @@ def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> No
         "airflow_lakefence.sensors",
         "airflow_lakefence.triggers",
         "airflow_lakefence.spark",
+        "airflow_lakefence.spark_submit",
+        "airflow_lakefence.task_instances",
+        "airflow_lakefence.core.locations",
         "airflow_lakefence.testing.lakefs_server",
     ],
 )

@@ -486,7 +486,7 @@ def test_output_outside_the_declared_prefixes_fails_closed(world: World, write_m
     with pytest.raises(OutputPrefixError, match="other/"):
         run()
     assert world.head().id == world.input
-    # Issue 13: what the job wrote is kept as evidence in both modes (workspace mode uploads it).
+    # What the job wrote is kept as evidence in both modes (workspace mode uploads it).
     assert (world.port.calls.get("upload_tree", 0) > 0) == (write_mode == "workspace")
     assert len(world.branches()) == 1
 

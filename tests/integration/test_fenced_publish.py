@@ -22,6 +22,8 @@ from airflow_lakefence.exceptions import (
 )
 from tests.integration.helpers import (
     commit_files,
+    die_after_publishing,
+    publish_conf,
     read_text,
     run_dag,
     staging_branches,
@@ -33,13 +35,11 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
 
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
-
-
 def test_workspace_publish_merges_onto_input(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b/c.txt": "C"}}))
+    dr = run_dag(
+        dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b/c.txt": "C"}})
+    )
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     head = repo.branch("main").get_commit()
@@ -61,7 +61,7 @@ def test_workspace_publish_merges_onto_input(dags: Any, seeded: tuple[lakefs.Rep
 
 def test_branch_name_input_is_resolved_once(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, "main", {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, "main", {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["input_ref"] == input_commit
@@ -70,7 +70,7 @@ def test_branch_name_input_is_resolved_once(dags: Any, seeded: tuple[lakefs.Repo
 
 def test_no_changes_is_a_noop(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"in/data.txt": "input"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"in/data.txt": "input"}}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["decision"] == "noop"
@@ -81,15 +81,8 @@ def test_no_changes_is_a_noop(dags: Any, seeded: tuple[lakefs.Repository, str]) 
 
 def test_abandoned_publication_is_replaced_by_the_retry(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    seen: list[str] = []
-
-    def worker_dies_after_publishing() -> None:
-        if not seen:
-            seen.append(repo.branch("main").get_commit().id)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", worker_dies_after_publishing)
-    dr = run_dag(dags.retry_dag, conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
+    seen = die_after_publishing(repo)
+    dr = run_dag(dags.retry_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     assert ti_state(dr, "publish") == ("success", 2)
     abandoned = repo.commit(seen[0]).get_commit()
@@ -109,16 +102,9 @@ def test_abandoned_publication_relocated_when_retry_changes_nothing(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = seeded
-    calls: list[int] = []
-
-    def die_once() -> None:
-        if not calls:
-            calls.append(1)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", die_once)
+    die_after_publishing()
     job = {"first_try_files": {"out/only-try-1.txt": "1"}}
-    dr = run_dag(dags.retry_dag, conf(repo, input_commit, job))
+    dr = run_dag(dags.retry_dag, publish_conf(repo, input_commit, job))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["decision"] == "relocate"
@@ -129,7 +115,7 @@ def test_abandoned_publication_relocated_when_retry_changes_nothing(
 def test_foreign_commit_before_the_run_fails_before_the_job(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], PublishFenceError)
     assert repo.branch("main").get_commit().id == foreign
@@ -142,7 +128,7 @@ def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(
     repo, input_commit = seeded
     foreign: list[str] = []
     failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert type(error) is PublishFenceError
@@ -160,7 +146,7 @@ def test_target_two_commits_past_input_fails_closed(dags: Any, seeded: tuple[lak
     repo, input_commit = seeded
     commit_files(repo, "main", {"x1.txt": "1"}, "one")
     second = commit_files(repo, "main", {"x2.txt": "2"}, "two")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], PublishFenceError)
     assert repo.branch("main").get_commit().id == second
@@ -174,7 +160,7 @@ def test_stale_attempt_publishes_nothing(
 ) -> None:
     repo, input_commit = seeded
     failpoints.arm(point, lambda: update_ti("lf_test_workspace", "publish", state=state))
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     error = dags.FAILURES.get(("lf_test_workspace", 1))
     assert isinstance(error, StaleAttemptError), error
     assert f"state is '{state}'" in str(error)
@@ -187,7 +173,7 @@ def test_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repos
     """Clearing mints a new task-instance id: the old try's fence finds its id archived."""
     repo, input_commit = seeded
     failpoints.arm("after_stage", lambda: update_ti("lf_test_workspace", "publish", clear=True))
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     error = dags.FAILURES.get(("lf_test_workspace", 1))
     assert isinstance(error, StaleAttemptError) and "no longer live" in str(error)
     assert repo.branch("main").get_commit().id == input_commit
@@ -198,7 +184,7 @@ def test_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repos
 def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
-    dr = run_dag(dags.read_only_dag, conf(repo, "main", {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.read_only_dag, publish_conf(repo, "main", {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["output_ref"] == values["input_ref"] == input_commit
@@ -212,7 +198,8 @@ def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, st
 def test_workspace_mode_uploads_a_thousand_files(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     dr = run_dag(
-        dags.workspace_dag, conf(repo, input_commit, {"generate": {"prefix": "many/", "count": 1000, "size": 64}})
+        dags.workspace_dag,
+        publish_conf(repo, input_commit, {"generate": {"prefix": "many/", "count": 1000, "size": 64}}),
     )
     assert dr.state == "success"
     paths = [o.path for o in repo.ref("main").objects(prefix="many/")]
@@ -223,7 +210,8 @@ def test_workspace_mode_uploads_a_thousand_files(dags: Any, seeded: tuple[lakefs
 def test_direct_mode_publishes_what_the_job_wrote(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     dr = run_dag(
-        dags.direct_dag, conf(repo, input_commit, {"files": {"tables/t/p1.txt": "1"}}, output_prefixes=["tables/t/"])
+        dags.direct_dag,
+        publish_conf(repo, input_commit, {"files": {"tables/t/p1.txt": "1"}}, output_prefixes=["tables/t/"]),
     )
     assert dr.state == "success"
     values = xcoms(dr, "publish")
@@ -236,7 +224,7 @@ def test_direct_mode_publishes_what_the_job_wrote(dags: Any, seeded: tuple[lakef
 def test_output_outside_prefixes_fails_closed(dags: Any, seeded: tuple[lakefs.Repository, str], dag_name: str) -> None:
     repo, input_commit = seeded
     job = {"files": {"tables/t/ok.txt": "1", "tables/other/bad.txt": "2"}}
-    dr = run_dag(getattr(dags, dag_name), conf(repo, input_commit, job, output_prefixes=["tables/t"]))
+    dr = run_dag(getattr(dags, dag_name), publish_conf(repo, input_commit, job, output_prefixes=["tables/t"]))
     assert dr.state == "failed"
     error = dags.FAILURES[(getattr(dags, dag_name).dag_id, 1)]
     assert isinstance(error, OutputPrefixError)
@@ -246,7 +234,7 @@ def test_output_outside_prefixes_fails_closed(dags: Any, seeded: tuple[lakefs.Re
 
 def test_publish_budget_larger_than_remaining_time(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.budget_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "sleep": 1.5}))
+    dr = run_dag(dags.budget_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}, "sleep": 1.5}))
     assert dr.state == "failed"
     assert isinstance(dags.FAILURES[("lf_test_budget", 1)], PublishBudgetError)
     assert repo.branch("main").get_commit().id == input_commit
@@ -255,7 +243,7 @@ def test_publish_budget_larger_than_remaining_time(dags: Any, seeded: tuple[lake
 
 def test_unknown_input_ref_is_a_clear_error(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, "f" * 64, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, "f" * 64, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], InputRefError)
     assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]
@@ -264,10 +252,10 @@ def test_unknown_input_ref_is_a_clear_error(dags: Any, seeded: tuple[lakefs.Repo
 
 def test_empty_workspace_is_an_error_unless_allowed(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {}))
     assert dr.state == "failed"
     assert isinstance(dags.FAILURES[("lf_test_workspace", 1)], WorkspaceError)
-    dr = run_dag(dags.empty_ok_dag, conf(repo, input_commit, {}))
+    dr = run_dag(dags.empty_ok_dag, publish_conf(repo, input_commit, {}))
     assert dr.state == "success"
     assert xcoms(dr, "publish")["decision"] == "noop"
     assert repo.branch("main").get_commit().id == input_commit

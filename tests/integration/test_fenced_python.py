@@ -13,13 +13,19 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import JobError, OutputPrefixError, PublishFenceError, StaleAttemptError
-from tests.integration.helpers import commit_files, read_text, run_dag, staging_branches, ti_state, update_ti, xcoms
+from tests.integration.helpers import (
+    commit_files,
+    die_after_publishing,
+    publish_conf,
+    read_text,
+    run_dag,
+    staging_branches,
+    ti_state,
+    update_ti,
+    xcoms,
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
 
 
 @pytest.mark.parametrize("dag_name", ["py_workspace_dag", "py_taskflow_dag"])
@@ -28,7 +34,7 @@ def test_a_function_publishes_its_workspace_on_top_of_the_pinned_input(
 ) -> None:
     repo, input_commit = seeded
     job = {"files": {"out/a.txt": "A"}, "read_input": {"from": "in/data.txt", "to": "out/copy.txt"}}
-    dr = run_dag(getattr(dags, dag_name), conf(repo, "main", job))
+    dr = run_dag(getattr(dags, dag_name), publish_conf(repo, "main", job))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     head = repo.branch("main").get_commit()
@@ -47,15 +53,8 @@ def test_a_crash_after_publishing_is_replaced_by_the_retry(
     dags: Any, seeded: tuple[lakefs.Repository, str], dag_name: str
 ) -> None:
     repo, input_commit = seeded
-    abandoned: list[str] = []
-
-    def worker_dies_after_publishing() -> None:
-        if not abandoned:
-            abandoned.append(repo.branch("main").get_commit().id)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", worker_dies_after_publishing)
-    dr = run_dag(getattr(dags, dag_name), conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
+    abandoned = die_after_publishing(repo)
+    dr = run_dag(getattr(dags, dag_name), publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     assert ti_state(dr, "publish") == ("success", 2)
     assert decode_metadata(repo.commit(abandoned[0]).get_commit().metadata).attempt.try_number == 1  # type: ignore[union-attr]
@@ -75,7 +74,7 @@ def test_a_foreign_commit_on_the_target_fails_closed_and_keeps_the_staging_branc
     repo, input_commit = seeded
     foreign: list[str] = []
     failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
-    dr = run_dag(dags.py_workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.py_workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_py_workspace", 1)]
     assert type(error) is PublishFenceError
@@ -91,7 +90,7 @@ def test_direct_mode_publishes_what_the_function_wrote_into_the_staging_branch(
 ) -> None:
     repo, input_commit = seeded
     job = {"files": {"tables/t/p1.txt": "1"}}
-    dr = run_dag(dags.py_direct_dag, conf(repo, input_commit, job, output_prefixes=["tables/t/"]))
+    dr = run_dag(dags.py_direct_dag, publish_conf(repo, input_commit, job, output_prefixes=["tables/t/"]))
     assert dr.state == "success"
     assert xcoms(dr, "publish")["decision"] == "merge"
     assert read_text(repo, "main", "tables/t/p1.txt") == "1"
@@ -100,7 +99,7 @@ def test_direct_mode_publishes_what_the_function_wrote_into_the_staging_branch(
 def test_direct_mode_outside_the_prefixes_fails_closed(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     job = {"files": {"tables/t/ok.txt": "1", "tables/other/bad.txt": "2"}}
-    dr = run_dag(dags.py_direct_dag, conf(repo, input_commit, job, output_prefixes=["tables/t/"]))
+    dr = run_dag(dags.py_direct_dag, publish_conf(repo, input_commit, job, output_prefixes=["tables/t/"]))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_py_direct", 1)]
     assert isinstance(error, OutputPrefixError) and "tables/other/" in str(error)
@@ -109,7 +108,7 @@ def test_direct_mode_outside_the_prefixes_fails_closed(dags: Any, seeded: tuple[
 
 def test_a_failing_function_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.py_workspace_dag, conf(repo, input_commit, {"fail": True}))
+    dr = run_dag(dags.py_workspace_dag, publish_conf(repo, input_commit, {"fail": True}))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_py_workspace", 1)]
     assert type(error) is JobError and "failing on purpose" in str(error)
@@ -120,7 +119,7 @@ def test_a_failing_function_publishes_nothing(dags: Any, seeded: tuple[lakefs.Re
 def test_a_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     failpoints.arm("after_stage", lambda: update_ti("lf_py_workspace", "publish", clear=True))
-    dr = run_dag(dags.py_workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.py_workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     error = dags.FAILURES.get(("lf_py_workspace", 1))
     assert isinstance(error, StaleAttemptError) and "no longer live" in str(error)
     assert repo.branch("main").get_commit().id == input_commit

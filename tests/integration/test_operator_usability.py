@@ -1,4 +1,4 @@
-"""What a DAG author sees (issue 17, operator side): runs without a logical date, the Spark job's
+"""What a DAG author sees of the operator: runs without a logical date, the Spark job's
 environment and confs through the provider's public arguments, and the attempt's log lines.
 """
 
@@ -18,13 +18,9 @@ from airflow_lakefence.core.engine import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.operators import FencedSparkPublishOperator
 from tests.conftest import load_dag_module
-from tests.integration.helpers import attempt_and_summary, only, xcoms
+from tests.integration.helpers import attempt_and_summary, only, publish_conf, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
-
-
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any]) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job}
 
 
 def test_the_example_commit_message_needs_no_logical_date() -> None:
@@ -39,7 +35,9 @@ def test_the_example_commit_message_needs_no_logical_date() -> None:
 
 def test_a_run_without_logical_date_publishes(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = dags.py_message_dag.test(logical_date=None, run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = dags.py_message_dag.test(
+        logical_date=None, run_conf=publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}})
+    )
     assert dr.logical_date is None
     assert dr.state == "success"
     head = repo.branch("main").get_commit()
@@ -66,7 +64,7 @@ def test_the_spark_job_gets_locations_as_env_and_confs_and_binds_locally(
     repo, input_commit = seeded
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     submitted = observe_submits(monkeypatch)
-    dr = dags.workspace_dag.test(run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = dags.workspace_dag.test(run_conf=publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     staging = xcoms(dr, "publish")["staging_branch"]
     (call,) = submitted
@@ -87,7 +85,10 @@ def test_an_explicit_spark_local_ip_is_kept(
     repo, input_commit = seeded
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.2")
     submitted = observe_submits(monkeypatch)
-    assert dags.workspace_dag.test(run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A"}})).state == "success"
+    assert (
+        dags.workspace_dag.test(run_conf=publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}})).state
+        == "success"
+    )
     assert "SPARK_LOCAL_IP" not in submitted[0]["env"]  # the process environment's value applies
 
 
@@ -97,7 +98,7 @@ def test_the_providers_openlineage_conf_injection_still_reaches_the_job(
     pytest.importorskip("airflow.providers.openlineage")
     repo, input_commit = seeded
     submitted = observe_submits(monkeypatch)
-    dr = dags.openlineage_dag.test(run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = dags.openlineage_dag.test(run_conf=publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     argv = submitted[0]["argv"]
     assert any(arg.startswith("spark.openlineage.parentJobName=") for arg in argv), argv
@@ -119,7 +120,9 @@ def test_the_task_log_tells_the_attempt_before_the_job_and_sums_it_up_after(
             "AIRFLOW_CONN_LAKEFS_DEFAULT", json.dumps({**lakefs_conn, "extra": {"ui_base_url": ui_base_url}})
         )
     capfd.readouterr()
-    dr = dags.workspace_dag.test(run_conf=conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "BB"}}))
+    dr = dags.workspace_dag.test(
+        run_conf=publish_conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "BB"}})
+    )
     lines = "".join(capfd.readouterr()).splitlines()
     assert dr.state == "success"
     values = xcoms(dr, "publish")

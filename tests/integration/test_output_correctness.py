@@ -1,4 +1,4 @@
-"""Issue 13: exactly the job's output, once.
+"""Exactly the job's output, once.
 
 Re-runs replace the declared output prefixes; the input is pinned once per run; lost answers lose
 nothing and write nothing twice; evidence is kept on every fail-closed path; a deliberate clear of a
@@ -23,15 +23,24 @@ import structlog.testing
 from airflow_lakefence import exceptions, failpoints
 from airflow_lakefence.core.abandoned import DETECT, Verdict, condition_met
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.triggers.probes import probe_abandoned
 from tests.conftest import load_dag_module
-from tests.integration.helpers import commit_files, read_text, run_dag, staging_branches, ti_state, xcoms
+from tests.integration.helpers import (
+    commit_files,
+    die_after_publishing,
+    publish_conf,
+    read_text,
+    run_dag,
+    staging_branches,
+    ti_state,
+    xcoms,
+)
 
-pytestmark = [pytest.mark.issue13, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
+pytestmark = [pytest.mark.output_correctness, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
 PREFIX = "tables/daily/"
 
@@ -41,10 +50,6 @@ def dags() -> Any:
     module = load_dag_module("testdags/output_correctness_dags.py")
     module.FAILURES.clear()
     return module
-
-
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
 
 
 def objects(repo: lakefs.Repository, ref: str, prefix: str) -> list[str]:
@@ -169,7 +174,7 @@ def test_three_reruns_leave_exactly_one_runs_files(dags: Any, seeded: tuple[lake
     commit_files(repo, "main", {f"{PREFIX}old-part.txt": "from before"}, "an older publication")
     for n in range(3):
         job = {"files": {f"{PREFIX}part-{n}.txt": str(n), f"{PREFIX}sub/part-{n}.txt": str(n)}}
-        dr = run_dag(dags.workspace_dag, conf(repo, "main", job, output_prefixes=[PREFIX]))
+        dr = run_dag(dags.workspace_dag, publish_conf(repo, "main", job, output_prefixes=[PREFIX]))
         assert dr.state == "success"
     assert objects(repo, "main", PREFIX) == [f"{PREFIX}part-2.txt", f"{PREFIX}sub/part-2.txt"]
     assert read_text(repo, "main", "in/data.txt") == "input"  # outside the prefixes: untouched
@@ -179,7 +184,8 @@ def test_upsert_option_keeps_earlier_files(dags: Any, seeded: tuple[lakefs.Repos
     repo, _ = seeded
     for n in range(2):
         dr = run_dag(
-            dags.upsert_dag, conf(repo, "main", {"files": {f"{PREFIX}part-{n}.txt": str(n)}}, output_prefixes=[PREFIX])
+            dags.upsert_dag,
+            publish_conf(repo, "main", {"files": {f"{PREFIX}part-{n}.txt": str(n)}}, output_prefixes=[PREFIX]),
         )
         assert dr.state == "success"
     assert objects(repo, "main", PREFIX) == [f"{PREFIX}part-0.txt", f"{PREFIX}part-1.txt"]
@@ -189,7 +195,8 @@ def test_direct_mode_replaces_declared_prefix(dags: Any, seeded: tuple[lakefs.Re
     repo, _ = seeded
     commit_files(repo, "main", {f"{PREFIX}old-part.txt": "old", "other/keep.txt": "k"}, "older")
     dr = run_dag(
-        dags.direct_dag, conf(repo, "main", {"files": {f"{PREFIX}new-part.txt": "new"}}, output_prefixes=[PREFIX])
+        dags.direct_dag,
+        publish_conf(repo, "main", {"files": {f"{PREFIX}new-part.txt": "new"}}, output_prefixes=[PREFIX]),
     )
     assert dr.state == "success"
     assert objects(repo, "main", PREFIX) == [f"{PREFIX}new-part.txt"]
@@ -199,22 +206,10 @@ def test_direct_mode_replaces_declared_prefix(dags: Any, seeded: tuple[lakefs.Re
 # -- 2. the input is pinned once per run ------------------------------------------------------------
 
 
-def _die_once_after_publishing(seen: list[str], repo: lakefs.Repository, also: Any = None) -> None:
-    def die() -> None:
-        if not seen:
-            seen.append(repo.branch("main").get_commit().id)
-            if also is not None:
-                also()
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", die)
-
-
 def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    seen: list[str] = []
-    _die_once_after_publishing(seen, repo)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    die_after_publishing(repo)
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)
     values = xcoms(dr, "publish")
     head = repo.branch("main").get_commit()
@@ -229,14 +224,13 @@ def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple
 def test_tag_input_pinned_even_when_the_tag_moves(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     repo.tag("daily").create(input_commit)
-    seen: list[str] = []
 
     def move_tag() -> None:
         repo.tag("daily").delete()
         repo.tag("daily").create(repo.branch("main").get_commit().id)
 
-    _die_once_after_publishing(seen, repo, move_tag)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, "daily", {"stamp_path": "out/stamp.txt"}))
+    die_after_publishing(repo, also=move_tag)
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, "daily", {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["input_ref"] == input_commit and values["decision"] == "replace"
@@ -251,7 +245,7 @@ def test_lost_staging_commit_answer_still_publishes(
 ) -> None:
     repo, input_commit = seeded
     lakefs_controls.add_fault("commit", drop=True, when="after")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     values = xcoms(dr, "publish")
     assert dr.state == "success", failure(dags, dags.workspace_dag)
     assert values["decision"] == "merge"
@@ -297,7 +291,7 @@ def test_lost_staging_commit_landing_after_the_reread_is_found_by_its_record(
     lakefs_controls.add_fault("commit", nth=1, when="after", hook=round_1_done)
     lakefs_controls.add_fault("commit", nth=2, when="before", hook=hold_round_2)
     lakefs_controls.reset_counts()
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_dag)
     assert lakefs_controls.faults() == []
     assert order == ["round 2 sent", "round 1 sent on", "round 1 landed: 201"]
@@ -316,7 +310,7 @@ def test_lost_staging_commit_landing_after_the_reread_is_found_by_its_record(
 
 def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    dr = run_dag(dags.direct_commit_dag, conf(repo, input_commit, {"files": {"out/committed.txt": "C"}}))
+    dr = run_dag(dags.direct_commit_dag, publish_conf(repo, input_commit, {"files": {"out/committed.txt": "C"}}))
     assert dr.state == "success", failure(dags, dags.direct_commit_dag)
     values = xcoms(dr, "publish")
     assert values["decision"] == "merge"
@@ -343,11 +337,11 @@ def test_merge_landing_late_is_idempotent(
         stage = decode_metadata(repo.branch(staging).get_commit().metadata)
         assert stage is not None
         staged = repo.branch(staging).get_commit().id
-        meta = encode_metadata(LakefenceRecord(stage.attempt, ROLE_PUBLISH, input_commit, staged))
+        meta = encode_metadata(LakeFenceRecord(stage.attempt, ROLE_PUBLISH, input_commit, staged))
         repo.ref(staged).merge_into(repo.branch("main"), message="late", metadata=meta)
 
     failpoints.arm("after_publish_read", first_request_lands_now)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_dag)
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "publish")
@@ -372,7 +366,7 @@ def test_fence_rechecked_before_each_publish_round(
 
     # The clear lands after round 1's read (its merge is refused), before round 2 writes.
     failpoints.arm("after_publish_read", cleared_between_rounds)
-    run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert isinstance(failure(dags, dags.workspace_dag), StaleAttemptError)
     assert lakefs_controls.counts()["mergeIntoBranch"] == 1
     assert repo.branch("main").get_commit().id == input_commit
@@ -392,7 +386,7 @@ def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
     repo, input_commit = seeded
     foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
     lakefs_controls.reset_counts()
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     # The target's HEAD rules out every publication before the job: the try fails there, runs nothing,
@@ -410,7 +404,7 @@ def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
 ) -> None:
     repo, input_commit = seeded
     job = {"files": {f"{PREFIX}ok.txt": "1", "elsewhere/bad.txt": "2"}}
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, job, output_prefixes=[PREFIX]))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, job, output_prefixes=[PREFIX]))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     assert isinstance(error, exceptions.OutputPrefixError) and error.staging_branch
@@ -425,7 +419,7 @@ def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
 ) -> None:
     repo, input_commit = seeded
     lakefs_controls.add_fault("mergeIntoBranch", status=412)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     assert type(error).__name__ == "MergeHookRejectedError", repr(error)
@@ -445,7 +439,7 @@ hooks:
     type: lua
     properties:
       script: |
-        error("rejected by the issue-13 test hook")
+        error("rejected by the output-correctness test hook")
 """
 
 
@@ -453,13 +447,13 @@ hooks:
 def test_real_pre_merge_hook_rejection_names_the_hook_run(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     input_commit = commit_files(repo, "main", {"_lakefs_actions/reject.yaml": REJECT_ACTION}, "install the hook")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     assert type(error).__name__ == "MergeHookRejectedError", repr(error)
     run_id = getattr(error.__cause__, "run_id", None)
     assert run_id and run_id in str(error)
-    assert "rejected by the issue-13 test hook" in str(error)
+    assert "rejected by the output-correctness test hook" in str(error)
     _assert_kept_as_evidence(repo, error.staging_branch, "MergeHookRejectedError")  # type: ignore[attr-defined]
 
 
@@ -468,7 +462,7 @@ def test_merge_400_other_than_dirty_keeps_evidence(
 ) -> None:
     repo, input_commit = seeded
     lakefs_controls.add_fault("mergeIntoBranch", status=400)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     branch = getattr(error, "staging_branch", None)
@@ -485,7 +479,7 @@ def test_evidence_marker_commit_is_retried(
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
     # The racer's commit is commit call 1, the stage commit 2, the first marker attempt 3.
     lakefs_controls.add_fault("commit", nth=3, status=503)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
     assert isinstance(error, PublishFenceError) and error.staging_branch
@@ -518,7 +512,7 @@ def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
     # the clean-up of earlier tries, cannot re-mark it either, and fails closed too.
     _refuse_merges_and_markers(lakefs_controls, merges=2, markers=6)
     lakefs_controls.reset_counts()
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed" and ti_state(dr, "publish") == ("failed", 2)
     first = failure(dags, dags.workspace_retry_dag, 1)
     second = failure(dags, dags.workspace_retry_dag, 2)
@@ -547,7 +541,7 @@ def test_a_retry_re_marks_evidence_recorded_only_in_the_run_state(
     repo, input_commit = seeded
     # Try 1 fails closed and cannot mark its branch; try 2 spares it, re-marks it, and publishes.
     _refuse_merges_and_markers(lakefs_controls, merges=1, markers=3)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert ti_state(dr, "publish") == ("success", 2)
     assert lakefs_controls.faults() == []
@@ -598,13 +592,18 @@ def test_a_retry_re_marks_unstaged_evidence_as_the_attempt_that_kept_it(
     if input_kind == "publication":
         # The input is itself a publication (of another DAG's try): the record on the kept branch's
         # HEAD (the input) is that try's, not the record of the attempt that kept the branch.
-        assert run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"in/p.txt": "p"}})).state == "success"
+        assert (
+            run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"in/p.txt": "p"}})).state
+            == "success"
+        )
         input_commit = repo.branch("main").get_commit().id
         assert decode_metadata(repo.ref(input_commit).get_commit().metadata) is not None
     # Try 1 uploads, fails closed before staging (OutputPrefixError) and cannot mark its branch: it is
     # kept with HEAD still at the input and the uploads uncommitted. Try 2 re-marks it and publishes.
     _fail_commits(lakefs_controls, 1, 3)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, _OUTSIDE_ON_TRY_1, output_prefixes=[PREFIX]))
+    dr = run_dag(
+        dags.workspace_retry_dag, publish_conf(repo, input_commit, _OUTSIDE_ON_TRY_1, output_prefixes=[PREFIX])
+    )
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert lakefs_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
@@ -641,7 +640,7 @@ def test_evidence_no_try_could_mark_is_kept_by_the_cleaner_after_a_retry_succeed
         _fail_commits(lakefs_controls, 1, 6)
         job, prefixes, path, text = _OUTSIDE_ON_TRY_1, [PREFIX], "elsewhere/bad.txt", "2"
     # Try 2 cannot re-mark it either (three more 503s), then publishes: the task instance succeeds.
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, job, output_prefixes=prefixes))
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, job, output_prefixes=prefixes))
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert ti_state(dr, "publish") == ("success", 2)
     assert lakefs_controls.faults() == []
@@ -665,7 +664,7 @@ def test_unstaged_evidence_no_try_could_mark_is_kept_by_the_cleaner(
     # No retry: try 1 fails closed before staging and cannot mark its branch; the task instance fails.
     _fail_commits(lakefs_controls, 1, 3)
     job = {"files": {f"{PREFIX}ok.txt": "1", "elsewhere/bad.txt": "2"}}
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, job, output_prefixes=[PREFIX]))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, job, output_prefixes=[PREFIX]))
     assert dr.state == "failed" and lakefs_controls.faults() == []
     error = failure(dags, dags.workspace_dag)
     assert isinstance(error, exceptions.OutputPrefixError) and error.staging_branch
@@ -690,7 +689,7 @@ def _fence_lines(logs: list[dict[str, Any]]) -> list[str]:
 
 def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = asset_repo13
-    dr = run_dag(dags.assets_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    dr = run_dag(dags.assets_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     first = repo.branch("main").get_commit().id
     during: list[Any] = []
@@ -717,12 +716,11 @@ def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lak
 
 def test_really_abandoned_publication_still_alerts(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
-    seen: list[str] = []
     during: list[Any] = []
-    _die_once_after_publishing(seen, repo)
+    seen = die_after_publishing(repo)
     failpoints.arm("after_stage", lambda: during.append(judge_head(repo)) if seen else None)
     with structlog.testing.capture_logs() as logs:
-        dr = run_dag(dags.workspace_retry_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+        dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     replaced = f"Publish fence: replace (target HEAD {seen[0]} is an abandoned publication of try 1)"
     assert _fence_lines(logs)[-1] == replaced
@@ -759,8 +757,8 @@ def asset_events13() -> list[dict[str, Any]]:
 
 def test_message_later_run_published_on_top(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
-    day1 = run_dag(dags.workspace_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
-    day2 = run_dag(dags.workspace_dag, conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    day1 = run_dag(dags.workspace_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    day2 = run_dag(dags.workspace_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
     assert day1.state == day2.state == "success"
     top = repo.branch("main").get_commit().id
     dr = clear_and_rerun(dags.workspace_dag, day1)
@@ -772,9 +770,9 @@ def test_message_later_run_published_on_top(dags: Any, seeded: tuple[lakefs.Repo
 
 def test_message_another_tasks_publication(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    other = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"x/a.txt": "A"}}))
+    other = run_dag(dags.direct_dag, publish_conf(repo, input_commit, {"files": {"x/a.txt": "A"}}))
     assert other.state == "success"
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     message = str(failure(dags, dags.workspace_dag))
     assert "lf13_direct" in message and "pool" in message and "What to do:" in message
@@ -783,7 +781,7 @@ def test_message_another_tasks_publication(dags: Any, seeded: tuple[lakefs.Repos
 def test_message_foreign_commit(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
     foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     message = str(failure(dags, dags.workspace_dag))
     assert foreign in message and "without a lakefence record" in message and "What to do:" in message
@@ -793,7 +791,7 @@ def test_message_target_moved_since_the_input_was_pinned(dags: Any, seeded: tupl
     repo, input_commit = seeded
     commit_files(repo, "main", {"x1.txt": "1"}, "one")
     commit_files(repo, "main", {"x2.txt": "2"}, "two")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     message = str(failure(dags, dags.workspace_dag))
     assert "moved since the input" in message and input_commit in message and "What to do:" in message
@@ -838,7 +836,7 @@ def test_retry_never_deletes_a_newer_tries_branch(dags: Any, seeded: tuple[lakef
             raise RuntimeError("try 1 dies")
 
     failpoints.arm("after_job", newer_try_appears_then_die)
-    run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert newer[0] in staging_branches(repo)
 
 
@@ -856,7 +854,7 @@ def test_failed_cleanup_delete_never_fails_the_attempt(
             raise RuntimeError("try 1 dies")
 
     failpoints.arm("after_job", die_once)
-    dr = run_dag(dags.workspace_retry_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert ti_state(dr, "publish") == ("success", 2)
     assert read_text(repo, "main", "out/a.txt") == "A"

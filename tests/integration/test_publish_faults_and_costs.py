@@ -10,23 +10,9 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import InputRefError, LakeFSUnavailableError
-from tests.integration.helpers import read_text, run_dag, staging_branches, xcoms
+from tests.integration.helpers import publications_on_top_of, publish_conf, read_text, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any]) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job}
-
-
-def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[str]:
-    """Commit ids on main's first-parent line above ``input_commit``."""
-    above = []
-    for commit in repo.branch("main").log(first_parent=True):
-        if commit.id == input_commit:
-            return above
-        above.append(commit.id)
-    raise AssertionError("input commit not on main's history")
 
 
 def test_merge_answer_lost_is_not_repeated(
@@ -35,7 +21,7 @@ def test_merge_answer_lost_is_not_repeated(
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
     lakefs_controls.add_fault("mergeIntoBranch", drop=True, when="after")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     assert lakefs_controls.counts()["mergeIntoBranch"] == 1
     head = repo.branch("main").get_commit()
@@ -52,7 +38,7 @@ def test_merge_refused_with_503_is_re_evaluated_then_merged_once(
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
     lakefs_controls.add_fault("mergeIntoBranch", status=503, when="before")
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     assert lakefs_controls.counts()["mergeIntoBranch"] == 2
     assert xcoms(dr, "publish")["decision"] == "merge"
@@ -66,7 +52,7 @@ def test_transient_read_failures_are_retried(
     repo, input_commit = seeded
     lakefs_controls.add_fault("getCommit", status=503)
     lakefs_controls.add_fault("getCommit", nth=3, drop=True)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     assert read_text(repo, "main", "out/a.txt") == "A"
 
@@ -77,7 +63,7 @@ def test_lakefs_down_is_a_clear_error_and_nothing_is_published(
     repo, input_commit = seeded
     for nth in range(1, 11):  # more than the read retries
         lakefs_controls.add_fault("getCommit", nth=nth, status=503)
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, LakeFSUnavailableError) and error.status == 503 and error.operation == "get_commit"
@@ -99,7 +85,7 @@ def test_call_counts_of_a_direct_merge_publish(
     before: dict[str, int] = {}
     failpoints.arm("after_job", lambda: before.update(lakefs_controls.counts()))
     lakefs_controls.reset_counts()
-    dr = run_dag(dags.direct_dag, conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "B"}}))
+    dr = run_dag(dags.direct_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "B"}}))
     assert dr.state == "success"
     total = {k: v for k, v in lakefs_controls.counts().items() if k != "uploadObject"}  # the job's own writes
     before.pop("uploadObject", None)
@@ -114,7 +100,7 @@ def test_secret_never_reaches_argv_xcom_metadata_or_errors(
 ) -> None:
     repo, input_commit = seeded
     secret = lakefs_conn["password"]
-    dr = run_dag(dags.workspace_dag, conf(repo, input_commit, {"dump_argv": True}))
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"dump_argv": True}))
     assert dr.state == "success"
     argv = json.loads(read_text(repo, "main", "debug/argv.json"))
     assert any("spark.lakefence" in a for a in argv) or len(argv) >= 2
@@ -123,7 +109,7 @@ def test_secret_never_reaches_argv_xcom_metadata_or_errors(
     assert secret not in json.dumps(xcoms(dr, "publish"))
     head = repo.branch("main").get_commit()
     assert secret not in json.dumps(head.metadata) + head.message
-    failed = run_dag(dags.workspace_dag, conf(repo, "no-such-ref", {"files": {"x": "y"}}))
+    failed = run_dag(dags.workspace_dag, publish_conf(repo, "no-such-ref", {"files": {"x": "y"}}))
     assert failed.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, InputRefError) and secret not in str(error) and secret not in repr(error.__cause__)

@@ -19,7 +19,7 @@ import pytest
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.testing.lakefs_server.controls import Call
 from tests.conftest import load_dag_module
-from tests.integration.helpers import read_text, run_dag, staging_branches, ti_state, xcoms
+from tests.integration.helpers import publications_on_top_of, read_text, run_dag, staging_branches, ti_state, xcoms
 
 pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
@@ -41,22 +41,12 @@ def real(lakefs_server: Any) -> Any:
     return lakefs_server.server
 
 
-def _publications(repo: lakefs.Repository, input_commit: str) -> list[str]:
-    """Commit ids on main's first-parent line above ``input_commit``."""
-    above = []
-    for commit in repo.branch("main").log(first_parent=True):
-        if commit.id == input_commit:
-            return above
-        above.append(commit.id)
-    raise AssertionError("input commit is no longer on main's history")
-
-
 def _assert_published_once(repo: lakefs.Repository, input_commit: str, dag_run: Any) -> dict[str, Any]:
     assert dag_run.state == "success"
     head = repo.branch("main").get_commit()
     values = xcoms(dag_run, "publish")
     assert values["output_ref"] == head.id
-    assert _publications(repo, input_commit) == [head.id]  # exactly one publication, nothing stacked
+    assert publications_on_top_of(repo, input_commit) == [head.id]  # exactly one publication, nothing stacked
     assert head.parents[0] == input_commit
     assert read_text(repo, "main", "out/a.txt") == "A"
     assert read_text(repo, "main", "in/data.txt") == "input"  # the input survived the crash too

@@ -11,32 +11,10 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from tests.integration.helpers import run_dag, ti_state, xcoms
+from tests.integration.helpers import die_after_publishing, publish_conf, run_dag, ti_state, xcoms
 from tests.integration.sensor_helpers import after, judge_now, sensor_waits, waited_how
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def publish_conf(repo: lakefs.Repository, input_ref: str, **job: Any) -> dict[str, Any]:
-    return {
-        "repository": repo.id,
-        "target": "main",
-        "input_ref": input_ref,
-        "job": job or {"files": {"out/a.txt": "A"}},
-    }
-
-
-def die_after_publishing(times: int = 1) -> list[str]:
-    """Arm after_verify to raise on the first ``times`` tries; returns the HEADs seen there."""
-    seen: list[str] = []
-
-    def die() -> None:
-        if len(seen) < times:
-            seen.append("x")
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", die)
-    return seen
 
 
 def abandoned_by_try_1(publishers: Any, repo: lakefs.Repository, input_commit: str) -> Any:
@@ -118,7 +96,7 @@ def test_replacement_by_a_try_that_died_is_reported_again(
 
     failpoints.arm("after_staging_branch", probe_in_try_2)
     die_after_publishing(times=2)
-    dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, stamp_path="out/stamp.txt"))
+    dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "failed"
     assert ti_state(dr, "publish") == ("failed", 2)
     # While try 2 ran (its staging branch created), try 1's publication was abandoned, replacement running.
@@ -149,7 +127,7 @@ def test_settled_blocks_then_passes_after_the_retry_succeeds(
 
     failpoints.arm("after_staging_branch", probe_in_try_2)
     die_after_publishing()
-    dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, stamp_path="out/stamp.txt"))
+    dr = run_dag(publishers.retry_dag, publish_conf(repo, input_commit, {"stamp_path": "out/stamp.txt"}))
     assert dr.state == "success"
     readable, judgement = blocked[0]
     assert not readable and judgement["verdict"] == "abandoned"

@@ -48,7 +48,7 @@ def test_monitoring_example_detects_alerts_and_cleans(lakefs_repo: lakefs.Reposi
     assert found["verdict"] == "abandoned" and found["run_id"] == published.run_id
     assert xcoms(dr, "alert")["return_value"] == found
     cleaned = xcoms(dr, "clean_staging")["return_value"]
-    # Issue 13: a staged branch without an evidence marker, of a failed task instance, may be evidence
+    # A staged branch without an evidence marker, of a failed task instance, may be evidence
     # whose marker could not be written: the cleaner keeps it (delete_evidence=True would delete it).
     assert cleaned["deleted"] == []
     assert [d["branch"] for d in cleaned["kept"]] == leftover

@@ -1,4 +1,5 @@
-"""A direct-mode test job that commits its own output on the staging branch (issue 13).
+"""A direct-mode test job that commits its own output on the staging branch (the engine must
+still publish exactly what the branch holds).
 
 Spec keys: ``files`` ({path: text}) uploaded into the staging branch and committed there by the
 job itself; ``uncommitted`` ({path: text}) uploaded after that commit and left uncommitted.

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import load_dag_module
 from tests.reliability.harness import ForkServer, Lake, attempt_env
 
 
@@ -41,3 +42,11 @@ def launcher(lake: Lake, airflow_home: Path) -> Iterator[ForkServer]:
 def driver_env(lake: Lake, airflow_home: Path) -> dict[str, str]:
     """The environment of one attempt process."""
     return attempt_env(lake, airflow_home)
+
+
+@pytest.fixture
+def dags() -> Any:
+    """tests/dags/reliability_dags.py, with the failures of earlier tests forgotten."""
+    module = load_dag_module("testdags/reliability_dags.py")
+    module.FAILURES.clear()
+    return module

@@ -2,7 +2,7 @@
 
 ``dag.test()`` cannot run two tries of one task instance in separate processes, nor crash one and
 start the next, so the reliability tests play Airflow's part here with the same semantics the
-attempt fence relies on (notes/airflow.md, checked against the real Execution API by the
+attempt fence relies on (checked against the real Execution API by the
 integration tests):
 
 * every try gets a **new task-instance id**; starting a new try (retry or clear) archives every

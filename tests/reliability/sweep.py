@@ -45,7 +45,7 @@ def run_sweep(
         return list(pool.map(one, seeds))
 
 
-#: Violation classes (issue 18): what the invariants and the documented holes count as each.
+#: Violation classes: what the invariants and the documented soft-fence holes count as each.
 CLASSES = {
     "lost_foreign_commits": ("hard_reset_dropped_foreign_commit", "was lost"),
     "stacked_publications": ("stale_merge_stacked", "did not raise PublishRaceError", "more than one publication"),

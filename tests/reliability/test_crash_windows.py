@@ -1,4 +1,4 @@
-"""A crash at every protocol boundary, then the retry (issue #5, part 1).
+"""A crash at every protocol boundary, then the retry.
 
 Each test runs try 1 of the fenced task in its own process and kills it at one failpoint with
 ``os._exit`` (no ``except`` or ``finally`` runs: a dead worker). It then records what the crash
@@ -218,8 +218,7 @@ def test_crash_without_retry_the_cleaner_removes_the_dead_branch(
     if window.staged or window.uncommitted:
         # Staged but never marked (or unstaged holding uncommitted uploads), and its task instance did
         # not succeed: it may be the evidence of a fail-closed try whose marker could not be written,
-        # so the cleaner keeps it until told (delete_evidence=True; docs/abandoned-publications.md,
-        # issue 13).
+        # so the cleaner keeps it until told (delete_evidence=True; docs/abandoned-publications.md).
         assert report["deleted"] == []
         assert [entry["branch"] for entry in report["kept"]] == [dead]
         assert leftover_staging(crash.repo, crash.key) == [dead]

@@ -12,7 +12,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from tests.reliability.harness import DAG_ID, TASK_ID, Lake, Outcome, check_invariants, new_repository
 from tests.reliability.registry import AttemptRegistry
@@ -34,7 +34,7 @@ def publish(repo: lakefs.Repository, ti_id: str, try_number: int, input_commit: 
     attempt = AttemptId(KEY, try_number, ti_id)
     main = repo.branch("main")
     main.object("out/stamp.txt").upload(staging_branch_name(attempt).encode(), pre_sign=False)
-    record = LakefenceRecord(attempt, ROLE_PUBLISH, input_commit, "0" * 64)
+    record = LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, "0" * 64)
     return str(main.commit("publish", metadata=encode_metadata(record)).get_commit().id)
 
 

@@ -1,4 +1,4 @@
-"""lakeFS faults at every lakeFS call of the protocol (issue #5, part 4).
+"""lakeFS faults at every lakeFS call of the protocol.
 
 Each call the fenced publish makes (``getCommit`` at its three places, ``createBranch``,
 ``listBranches``, ``deleteBranch``, ``commit``, ``diffBranch``, ``uploadObject``,
@@ -25,13 +25,20 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence import failpoints
 from airflow_lakefence.core.engine import PUBLISH_ROUNDS
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import InvalidInputError, LakeFSUnavailableError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from tests.conftest import load_dag_module
-from tests.integration.helpers import commit_files, read_text, run_dag, staging_branches, xcoms
+from tests.integration.helpers import (
+    commit_files,
+    die_after_publishing,
+    publications_on_top_of,
+    publish_conf,
+    read_text,
+    run_dag,
+    staging_branches,
+    xcoms,
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
@@ -99,13 +106,6 @@ RESOLVED_BY_REREAD = {"mergeIntoBranch": "idempotent", "hardResetBranch": "idemp
 
 
 @pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
-
-
-@pytest.fixture
 def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
     return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
 
@@ -118,34 +118,14 @@ def short_timeout(lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
     yield
 
 
-def conf(repo: lakefs.Repository, input_ref: str, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "job": job, **extra}
-
-
-def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[str]:
-    """Commit ids on main's first-parent line above ``input_commit``."""
-    above = []
-    for commit in repo.branch("main").log(first_parent=True):
-        if commit.id == input_commit:
-            return above
-        above.append(commit.id)
-    raise AssertionError("input commit not on main's history")
-
-
 def run_scenario(dags: Any, scenario: str, repo: lakefs.Repository, input_commit: str) -> Any:
     if scenario == "workspace":
-        return run_dag(dags.workspace_dag, conf(repo, input_commit, WORKSPACE_JOB))
+        return run_dag(dags.workspace_dag, publish_conf(repo, input_commit, WORKSPACE_JOB))
     if scenario == "direct":
-        return run_dag(dags.direct_dag, conf(repo, input_commit, WORKSPACE_JOB, output_prefixes=["out/"]))
-    died: list[int] = []
-
-    def die_once_after_publishing() -> None:
-        if not died:
-            died.append(1)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", die_once_after_publishing)
-    return run_dag(dags.retry_dag, conf(repo, input_commit, {"files": WORKSPACE_JOB["files"], "stamp_path": "out/s"}))
+        return run_dag(dags.direct_dag, publish_conf(repo, input_commit, WORKSPACE_JOB, output_prefixes=["out/"]))
+    die_after_publishing()
+    job = {"files": WORKSPACE_JOB["files"], "stamp_path": "out/s"}
+    return run_dag(dags.retry_dag, publish_conf(repo, input_commit, job))
 
 
 def clean(dags: Any, repo: lakefs.Repository) -> Any:
@@ -248,7 +228,7 @@ def test_listing_earlier_tries_keeps_failing_and_the_retry_still_replaces(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     """Removing earlier tries' branches is clean-up, not protocol: a listing that keeps failing is
-    logged (the cleaner removes them later) and never fails the attempt (issue 13)."""
+    logged (the cleaner removes them later) and never fails the attempt."""
     repo, input_commit = seeded
     for nth in range(1, 5):
         lakefs_controls.add_fault("listBranches", nth=nth, status=503)
@@ -276,7 +256,7 @@ def test_lakefs_keeps_failing_is_a_clear_error_and_publishes_nothing(
     before = publications_on_top_of(repo, input_commit)
     job = {"files": {"out/a.txt": "A"}}  # one file: its upload meets every fault
     if call.scenario == "workspace":
-        dr = run_dag(dags.workspace_dag, conf(repo, input_commit, job))
+        dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, job))
     else:
         dr = run_scenario(dags, call.scenario, repo, input_commit)
     assert dr.state == "failed"

@@ -1,4 +1,4 @@
-"""Racing attempts across processes (issue #5, part 2).
+"""Racing attempts across processes.
 
 A zombie try 1 (its task instance cleared while its process keeps going), the new try 2 and a
 foreign writer run the protocol at the same time, each in its own process, against one lakeFS.
@@ -314,7 +314,7 @@ def test_seeded_interleavings(launcher: ForkServer, lake: Lake, airflow_home: Pa
 def test_seeded_interleavings_with_the_hard_fence(
     launcher: ForkServer, lake: Lake, airflow_home: Path, tmp_path: Path
 ) -> None:
-    """The hard fence's targets (issue 18) on the CI seeds: every invariant holds, and not one lost
+    """The hard fence's targets (docs/hard-fence.md) on the CI seeds: every invariant holds, and not one lost
     foreign commit, stale publication or stacked publication, not even as a documented soft-fence
     hole. Rerun one with ``python -m tests.reliability.sweep --fence hard --first SEED --seeds 1``."""
     reports = run_sweep(launcher, lake, list(CI_HARD_SEEDS), 3, tmp_path, airflow_home, fence="hard")

@@ -1,4 +1,4 @@
-"""The lakeFS secret stays out of logs, XCom, argv, commit metadata and errors (issue #5, part 6).
+"""The lakeFS secret stays out of logs, XCom, argv, commit metadata and errors.
 
 Airflow masks connection passwords in task logs (``***``), so a clean ``dag.test()`` log alone
 proves little. The secret is also looked for where nothing masks it: the command line the
@@ -19,17 +19,9 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_lakefence.core.keys import PublicationKey
-from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, read_text, run_dag, xcoms
 from tests.reliability.harness import DAG_ID, TARGET, TASK_ID, ForkServer, Lake, new_repository, run_attempt
 from tests.reliability.registry import AttemptRegistry
-
-
-@pytest.fixture
-def dags() -> Any:
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
 
 
 @pytest.mark.usefixtures("airflow_db")

@@ -25,7 +25,7 @@ import lakefs
 import psutil
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, decode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata
 from tests.scheduler.harness import AirflowAPI, AirflowStack, wait_for
 
 pytestmark = pytest.mark.scheduler
@@ -110,7 +110,7 @@ def repository(lakefs_server: Any, name: str) -> lakefs.Repository:
     return lakefs.Repository(name, client=lakefs_server.client())
 
 
-def record_of(repo: lakefs.Repository, ref: str) -> tuple[Any, LakefenceRecord | None]:
+def record_of(repo: lakefs.Repository, ref: str) -> tuple[Any, LakeFenceRecord | None]:
     """A commit and its lakefence record (``None`` for a commit lakefence did not write)."""
     commit = repo.ref(ref).get_commit()
     return commit, decode_metadata(commit.metadata)

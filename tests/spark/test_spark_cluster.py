@@ -16,7 +16,7 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.exceptions import PublishFenceError
-from tests.integration.helpers import commit_files, staging_branches, ti_state, xcoms
+from tests.integration.helpers import commit_files, die_after_publishing, staging_branches, ti_state, xcoms
 from tests.spark.conftest import SparkCluster, parquet_rows, seed_events
 
 pytestmark = [
@@ -116,14 +116,7 @@ def test_cluster_crash_after_publish_is_replaced_by_the_retry(
     s3a_dags: Any, spark_cluster_conn: SparkCluster, lakefs_repo: lakefs.Repository, tmp_path: Path
 ) -> None:
     input_commit = seed_events(lakefs_repo, ROWS)
-    abandoned: list[str] = []
-
-    def worker_dies_after_publishing() -> None:
-        if not abandoned:
-            abandoned.append(lakefs_repo.branch("main").get_commit().id)
-            raise RuntimeError("worker died after publishing")
-
-    failpoints.arm("after_verify", worker_dies_after_publishing)
+    abandoned = die_after_publishing(lakefs_repo)
     dr = _run(s3a_dags, lakefs_repo, input_commit, tmp_path, {"partitions": 2})
     assert dr.state == "success", s3a_dags.FAILURES
     assert ti_state(dr, "publish") == ("success", 2)

@@ -20,14 +20,13 @@ from airflow_lakefence.core.abandoned import (
     needs_output_ref,
     needs_staging_listing,
     newest_try,
-    normalise_state,
     publication_of,
-    state_from_task_states,
 )
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.task_instances import normalise_state, state_from_task_states
 
 KEY = PublicationKey("dag", "run1", "publish")
 MAPPED = PublicationKey("dag", "run1", "publish", 3)
@@ -38,8 +37,8 @@ ALL_STATES = sorted(LIVE_STATES | PENDING_STATES | FAILED_STATES | {"success"})
 
 def head_of(
     key: PublicationKey = KEY, try_number: int = 1, role: str = ROLE_PUBLISH
-) -> tuple[HeadState, LakefenceRecord]:
-    record = LakefenceRecord(AttemptId(key, try_number, f"ti-{try_number}"), role, INPUT)
+) -> tuple[HeadState, LakeFenceRecord]:
+    record = LakeFenceRecord(AttemptId(key, try_number, f"ti-{try_number}"), role, INPUT)
     return HeadState(HEAD, (INPUT, "s" * 64), encode_metadata(record)), record
 
 
@@ -223,7 +222,7 @@ def test_every_state_class_is_disjoint() -> None:
         assert not set(a) & set(b)
 
 
-@pytest.mark.issue13
+@pytest.mark.output_correctness
 @pytest.mark.parametrize(
     ("state", "output_ref", "newest", "supersedes", "expected"),
     [

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.attempt import TOKEN_KEY, AttemptFence, attempt_from_context, task_state
+from airflow_lakefence.attempt import TOKEN_KEY, AttemptFence, attempt_from_context
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
+from airflow_lakefence.task_instances import task_state
 
 
 class FakeServer:

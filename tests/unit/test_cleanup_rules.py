@@ -17,7 +17,7 @@ from airflow_lakefence.core.cleanup import (
 )
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.merge_only import temp_branch_name
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.naming import key_hash, staging_branch_name
 
 KEY = PublicationKey("dag", "run1", "publish")
@@ -32,7 +32,7 @@ def attempt(try_number: int, key: PublicationKey = KEY) -> AttemptId:
 
 def staged(try_number: int = 1, key: PublicationKey = KEY, evidence: str | None = None) -> StagingBranch:
     a = attempt(try_number, key)
-    meta = evidence_metadata(a, INPUT, evidence) if evidence else encode_metadata(LakefenceRecord(a, ROLE_STAGE, INPUT))
+    meta = evidence_metadata(a, INPUT, evidence) if evidence else encode_metadata(LakeFenceRecord(a, ROLE_STAGE, INPUT))
     branch = inspect_branch(staging_branch_name(a), f"c{try_number}", meta, "lakefence")
     assert branch is not None
     return branch
@@ -40,7 +40,7 @@ def staged(try_number: int = 1, key: PublicationKey = KEY, evidence: str | None 
 
 def unstaged(try_number: int = 1, key: PublicationKey = KEY) -> StagingBranch:
     # HEAD is the input commit, which carries the *previous* run's publish record.
-    previous = encode_metadata(LakefenceRecord(attempt(1, OTHER), ROLE_PUBLISH, "p" * 64))
+    previous = encode_metadata(LakeFenceRecord(attempt(1, OTHER), ROLE_PUBLISH, "p" * 64))
     branch = inspect_branch(staging_branch_name(attempt(try_number, key)), INPUT, previous, "lakefence")
     assert branch is not None
     return branch
@@ -87,7 +87,7 @@ def test_inspect_branch() -> None:
     # A record of another attempt on HEAD (the input's own publication) is not this branch's record.
     assert unstaged().record is None
     # Nor is another try's stage record, nor an evidence key on a commit that is not the branch's.
-    other_try = encode_metadata(LakefenceRecord(attempt(2), ROLE_STAGE, INPUT))
+    other_try = encode_metadata(LakeFenceRecord(attempt(2), ROLE_STAGE, INPUT))
     assert inspect_branch(staging_branch_name(attempt(1)), "c", other_try, "lakefence").record is None  # type: ignore[union-attr]
     foreign_evidence = evidence_metadata(attempt(1, OTHER), INPUT, "PublishFenceError")
     branch = inspect_branch(staging_branch_name(attempt(1)), "c", foreign_evidence, "lakefence")
@@ -101,7 +101,7 @@ def test_identified_branch_follows_the_task_instance_state(state: str | None, is
     decisions = plan([branch], keys={key_hash(KEY): KEY}, states={KEY: state})
     delete, reason = decisions[branch.name]
     # A staged, unmarked branch may be evidence whose marker failed: only a success whose last try
-    # recorded no such evidence proves it is not (issue 13: not even a task instance that is gone).
+    # recorded no such evidence proves it is not (not even a task instance that is gone).
     assert delete == (state not in LIVE_STATES and (not is_staged or state == "success")), reason
     if state is None:
         assert "no longer exists" in reason
@@ -240,7 +240,7 @@ def test_an_unidentified_temporary_branch_waits_for_max_age() -> None:
     assert plan([temp], keys={key_hash(KEY): KEY}, states={KEY: "running"})[temp.name][0] is False
 
 
-# -- issue 13: a branch that could not be marked is never deleted ----------------------------------
+# -- a branch that could not be marked is never deleted --------------------------------------------
 
 DEAD = sorted(PENDING_STATES | FAILED_STATES)
 

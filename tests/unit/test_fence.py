@@ -8,7 +8,7 @@ import pytest
 
 from airflow_lakefence.core.fence import Action, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
 
 INPUT = "i" * 64  # input commit
 C = "c" * 64  # staged commit
@@ -19,7 +19,7 @@ ME = AttemptId(KEY, 3, "ti-3")
 
 
 def meta(attempt: AttemptId, role: str = ROLE_PUBLISH, input_ref: str = INPUT) -> dict[str, str]:
-    return encode_metadata(LakefenceRecord(attempt, role, input_ref, C if role == ROLE_PUBLISH else None))
+    return encode_metadata(LakeFenceRecord(attempt, role, input_ref, C if role == ROLE_PUBLISH else None))
 
 
 def head(

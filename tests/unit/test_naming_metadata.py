@@ -8,7 +8,7 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import (
     ROLE_PUBLISH,
     ROLE_STAGE,
-    LakefenceRecord,
+    LakeFenceRecord,
     check_user_metadata,
     decode_metadata,
     encode_metadata,
@@ -79,7 +79,7 @@ def test_parse_rejects_foreign_names() -> None:
 @pytest.mark.parametrize("key", KEYS)
 @pytest.mark.parametrize("role", [ROLE_STAGE, ROLE_PUBLISH])
 def test_metadata_round_trip(key: PublicationKey, role: str) -> None:
-    record = LakefenceRecord(AttemptId(key, 4, "ti"), role, "i" * 64, "c" * 64 if role == ROLE_PUBLISH else None)
+    record = LakeFenceRecord(AttemptId(key, 4, "ti"), role, "i" * 64, "c" * 64 if role == ROLE_PUBLISH else None)
     encoded = encode_metadata(record)
     assert all(isinstance(k, str) and isinstance(v, str) and k.startswith("lakefence.") for k, v in encoded.items())
     assert decode_metadata({**encoded, "user": "x", ".lakefs.merge.strategy": "default"}) == record
@@ -87,7 +87,7 @@ def test_metadata_round_trip(key: PublicationKey, role: str) -> None:
 
 def test_metadata_rejects_unknown_role() -> None:
     with pytest.raises(ValueError):
-        encode_metadata(LakefenceRecord(AttemptId(KEYS[0], 1, "t"), "bogus", "i"))
+        encode_metadata(LakeFenceRecord(AttemptId(KEYS[0], 1, "t"), "bogus", "i"))
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_decode_absent(metadata: dict[str, str] | None) -> None:
     [("map_index", "x"), ("try_number", "0"), ("try_number", "-1"), ("role", "other"), ("version", "2")],
 )
 def test_decode_malformed(field: str, value: str) -> None:
-    encoded = encode_metadata(LakefenceRecord(AttemptId(KEYS[0], 1, "t"), ROLE_STAGE, "i"))
+    encoded = encode_metadata(LakeFenceRecord(AttemptId(KEYS[0], 1, "t"), ROLE_STAGE, "i"))
     encoded[f"lakefence.{field}"] = value
     assert decode_metadata(encoded) is None
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from airflow_lakefence.core.locations import JOB_ENVIRONMENT
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.spark import (
     COMMITTER_SETTINGS,
+    AttemptLocations,
     JobEnvironmentError,
-    LakefenceJob,
+    LakeFenceJob,
     S3AConfigError,
     configure_s3a,
     directory_marker_candidates,
@@ -75,6 +78,55 @@ def test_not_started_by_the_operator() -> None:
     assert isinstance(err.value, LakeFenceError) and isinstance(err.value, RuntimeError)
     with pytest.raises(ValueError):
         lakefence_locations(ENV, scheme="hdfs")
+
+
+def test_the_job_reads_back_the_locations_the_operator_writes(tmp_path: Path) -> None:
+    """One type and one table of names on both sides: what the Spark operator puts in the job's
+    environment is what the job-side helper returns, field for field."""
+    sent = AttemptLocations(
+        repository="repo",
+        target_branch="main",
+        input_commit="c" * 64,
+        staging_branch="lakefence-t-0123456789abcdef-t1-01234567",
+        workspace=tmp_path,
+        write_mode="workspace",
+        endpoint="http://lakefs:8000",
+    )
+    env = sent.to_environment()
+    assert set(env) == set(JOB_ENVIRONMENT.values())
+    assert lakefence_locations(env) == sent
+    assert lakefence_locations(env, scheme="lakefs") == dataclasses.replace(sent, scheme="lakefs")
+    read_only = dataclasses.replace(sent, staging_branch=None, workspace=None, write_mode="read_only")
+    assert set(read_only.to_environment()) == set(env) - {"LAKEFENCE_STAGING_BRANCH", "LAKEFENCE_WORKSPACE_DIR"}
+    assert lakefence_locations(read_only.to_environment()) == read_only
+
+
+def test_the_spark_operator_hands_its_locations_to_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_lakefence.hooks.lakefs import LakeFSHook
+    from airflow_lakefence.operators import FencedSparkPublishOperator
+
+    monkeypatch.setattr(LakeFSHook, "endpoint", property(lambda self: "http://lakefs:8000"))
+    op = FencedSparkPublishOperator(
+        task_id="publish", application="job.py", repository="repo", target_branch="main", input_ref="c" * 64
+    )
+    engine_side = AttemptLocations("repo", "main", "c" * 64, "lakefence-x", tmp_path, "workspace")
+    assert lakefence_locations(op.job_environment(engine_side)) == dataclasses.replace(
+        engine_side, endpoint="http://lakefs:8000"
+    )
+
+
+def test_the_old_spellings_still_import_with_a_warning() -> None:
+    import airflow_lakefence.core.metadata as metadata
+    import airflow_lakefence.spark as spark
+
+    with pytest.warns(DeprecationWarning, match="use LakeFenceJob"):
+        assert spark.LakefenceJob is LakeFenceJob
+    with pytest.warns(DeprecationWarning, match="use AttemptLocations"):
+        assert spark.LakefenceLocations is AttemptLocations
+    with pytest.warns(DeprecationWarning, match="use LakeFenceRecord"):
+        assert metadata.LakefenceRecord is metadata.LakeFenceRecord
+    with pytest.raises(AttributeError):
+        spark.LakefenceNothing  # noqa: B018
 
 
 # -- hadoop-aws -----------------------------------------------------------------------------
@@ -237,7 +289,7 @@ def test_session_configures_s3a_and_refuses_direct_mode_without_it(monkeypatch: 
             return self.spark
 
     cleaned: list[set[str]] = []
-    monkeypatch.setattr(LakefenceJob, "remove_directory_markers", lambda self: cleaned.append(set(self.written)))
+    monkeypatch.setattr(LakeFenceJob, "remove_directory_markers", lambda self: cleaned.append(set(self.written)))
     hadoop = _HadoopConf()
     direct = {**ENV, **CREDS, "LAKEFENCE_WRITE_MODE": "direct"}
     with lakefence_spark_session("app", builder=Builder(_Spark(hadoop)), environ=direct) as job:
@@ -251,7 +303,7 @@ def test_session_configures_s3a_and_refuses_direct_mode_without_it(monkeypatch: 
 
     plain = _Spark(_HadoopConf(loadable=False))
     job = lakefence_spark_session(builder=Builder(plain), environ=direct)
-    assert isinstance(job, LakefenceJob) and not job.s3a
+    assert isinstance(job, LakeFenceJob) and not job.s3a
     with pytest.raises(JobEnvironmentError, match="direct mode goes through the lakeFS S3 gateway"):
         job.output_uri("t/")
     with pytest.raises(JobEnvironmentError, match="s3a_submit_options"):
@@ -323,7 +375,7 @@ def test_checksum_sidecars_are_removed_from_the_workspace(tmp_path: Path) -> Non
     for name in ("part-0.parquet", ".part-0.parquet.crc", ".orphan.crc", ".hidden"):
         (tmp_path / "t" / name).write_text("x")
     env = {**ENV, "LAKEFENCE_WRITE_MODE": "workspace", "LAKEFENCE_WORKSPACE_DIR": str(tmp_path)}
-    job = LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(env), s3a=True)
+    job = LakeFenceJob(_Spark(_HadoopConf()), lakefence_locations(env), s3a=True)
     assert job.remove_checksum_files() == [tmp_path / "t" / ".part-0.parquet.crc"]
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [".hidden", ".orphan.crc", "part-0.parquet"]
-    assert LakefenceJob(_Spark(_HadoopConf()), lakefence_locations(ENV), s3a=True).remove_checksum_files() == []
+    assert LakeFenceJob(_Spark(_HadoopConf()), lakefence_locations(ENV), s3a=True).remove_checksum_files() == []

@@ -11,9 +11,9 @@ import pytest
 
 from airflow_lakefence.exceptions import InputRefError
 from airflow_lakefence.triggers import AbandonedPublicationTrigger, LakeFSCommitTrigger, LakeFSFileTrigger
-from airflow_lakefence.triggers.lakefs import _LakeFSPollingTrigger
+from airflow_lakefence.triggers.lakefs import LakeFSPollingTrigger
 
-TRIGGERS: list[_LakeFSPollingTrigger] = [
+TRIGGERS: list[LakeFSPollingTrigger] = [
     AbandonedPublicationTrigger(
         repository="repo",
         branch="main",
@@ -35,7 +35,7 @@ TRIGGERS: list[_LakeFSPollingTrigger] = [
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS, ids=lambda t: type(t).__name__)
-def test_serialization_round_trip(trigger: _LakeFSPollingTrigger) -> None:
+def test_serialization_round_trip(trigger: LakeFSPollingTrigger) -> None:
     from airflow.sdk._shared.module_loading import import_string
 
     classpath, kwargs = trigger.serialize()
@@ -81,7 +81,7 @@ class _Scripted(LakeFSCommitTrigger):
         return item is not None, item
 
 
-def run(trigger: _LakeFSPollingTrigger) -> list[dict[str, Any]]:
+def run(trigger: LakeFSPollingTrigger) -> list[dict[str, Any]]:
     async def collect() -> list[dict[str, Any]]:
         return [event.payload async for event in trigger.run()]
 
