@@ -98,6 +98,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the session's throw-away PostgreSQL cluster (the Airflow stacks' and real lakeFS's), if one started."""
+    from airflow_lakefence.testing.postgres import stop_shared_cluster
+
+    stop_shared_cluster()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """Migrate the session's SQLite metadata DB once (a few seconds)."""
