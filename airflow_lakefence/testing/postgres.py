@@ -153,12 +153,11 @@ class PostgresCluster:
         """
         return f"{driver}://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def _run_as(self) -> dict[str, int]:
-        """``subprocess`` arguments running a server binary as a non-root user (PostgreSQL refuses root)."""
-        if os.geteuid() != 0:
-            return {}
-        assert self._user is not None
-        return {"user": self._user.pw_uid, "group": self._user.pw_gid}
+    def _run_as(self) -> tuple[int | None, int | None]:
+        """The user and group to run a server binary as: not root (PostgreSQL refuses root), else unchanged."""
+        if self._user is None:
+            return None, None
+        return self._user.pw_uid, self._user.pw_gid
 
     def _bin(self, name: str) -> str:
         assert self._bindir is not None
@@ -200,7 +199,8 @@ class PostgresCluster:
                 check=False,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
                 cwd=self.directory,
-                **self._run_as(),  # type: ignore[arg-type]
+                user=self._run_as()[0],
+                group=self._run_as()[1],
             )
             if init.returncode != 0:
                 raise PostgresError(f"initdb failed ({init.returncode}):\n{init.stdout[-2000:]}{init.stderr[-3000:]}")
@@ -231,7 +231,8 @@ class PostgresCluster:
                 start_new_session=True,
                 # PR_SET_PDEATHSIG follows the forking thread: only the main thread lives as long as the tests.
                 preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
-                **self._run_as(),  # type: ignore[arg-type]
+                user=self._run_as()[0],
+                group=self._run_as()[1],
             )
         finally:
             os.close(log)
