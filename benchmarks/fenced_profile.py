@@ -69,7 +69,6 @@ class CommsCounter:
         self._undo: list[Any] = []
 
     def install(self) -> None:
-        from airflow.sdk.api import client as api_client
         from airflow.sdk.execution_time import supervisor
 
         comms = supervisor.InProcessSupervisorComms
@@ -81,16 +80,18 @@ class CommsCounter:
 
         comms.send = send  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(comms, "send", original_send))
-        original_request = api_client.Client.request
+        # Every Execution-API request goes through httpx (lakeFS's SDKs use urllib3): count them there.
+        import httpx
 
-        def request(this: Any, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
-            path = str(url).split("?")[0]
-            parts = [p if not (len(p) >= 20 or p.isdigit()) else "{id}" for p in path.strip("/").split("/")]
-            self.requests[f"{method} /{'/'.join(parts[:3])}"] += 1
-            return original_request(this, method, url, *args, **kwargs)
+        original_http_send = httpx.Client.send
 
-        api_client.Client.request = request  # type: ignore[method-assign]
-        self._undo.append(lambda: setattr(api_client.Client, "request", original_request))
+        def http_send(this: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            parts = [p if not (len(p) >= 20 or p.isdigit()) else "{id}" for p in request.url.path.strip("/").split("/")]
+            self.requests[f"{request.method} /{'/'.join(parts[:4])}"] += 1
+            return original_http_send(this, request, *args, **kwargs)
+
+        httpx.Client.send = http_send  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(httpx.Client, "send", original_http_send))
 
     def reset(self) -> None:
         self.messages.clear()
