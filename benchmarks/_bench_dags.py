@@ -84,6 +84,15 @@ with _dag("bench_fenced_fake") as fenced_fake_dag:
         env_vars={"PATH": FAKE_SPARK_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
     )
 
+# The same, relying on the hard fence (lakeFS's pre-merge hook; the input must carry it).
+with _dag("bench_fenced_fake_hard") as fenced_fake_hard_dag:
+    _fenced(
+        application=WRITE_JOB,
+        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
+        env_vars={"PATH": FAKE_SPARK_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        hard_fence="require",
+    )
+
 # The same PySpark application with real Spark, fenced and bare.
 with _dag("bench_fenced_spark") as fenced_spark_dag:
     _fenced(application=SPARK_APP, conf=SPARK_CONF)

@@ -1,4 +1,11 @@
-"""Shared plumbing of the benchmarks: the lakeFS server process, an embedded Airflow, tables.
+"""Shared plumbing of the benchmarks: the lakeFS behind them, an embedded Airflow, tables.
+
+Every benchmark takes ``--lakefs-backend local|real`` (:func:`add_backend_arguments`,
+:func:`lakefs_process`): the project's local lakeFS server (which adds the injected latency
+itself), or real lakeFS (built from tests/real_lakefs, its KV store on PostgreSQL by default:
+``--real-kv``) behind the project's fault-injecting proxy
+(:mod:`airflow_lakefence.testing.proxy`) in a process of its own, which adds the latency and counts
+the calls. Either way the benchmark talks to a URL with the same ``/_lakefence/`` controls.
 
 Not a benchmark itself. The benchmarks are commands (``python benchmarks/<name>.py``) that print
 figures; none of them is a test.
@@ -88,6 +95,64 @@ def server_process(data_dir: Path, latency: float = 0.0) -> Iterator[ServerProce
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def add_backend_arguments(parser: Any) -> None:
+    """Add ``--lakefs-backend`` and ``--real-kv`` to a benchmark's argument parser."""
+    parser.add_argument(
+        "--lakefs-backend",
+        choices=("local", "real"),
+        default=os.environ.get("LAKEFENCE_BENCH_LAKEFS_BACKEND", "local"),
+        help="the project's local lakeFS server, or real lakeFS behind the fault-injecting proxy (default local)",
+    )
+    parser.add_argument(
+        "--real-kv",
+        choices=("postgres", "local"),
+        default=os.environ.get("LAKEFENCE_REAL_LAKEFS_KV") or "postgres",
+        help="real lakeFS's KV store: a throw-away PostgreSQL (default, as in production) or its local store",
+    )
+
+
+def backend_label(args: Any) -> str:
+    """How the benchmark's lakeFS ran, for the printed header."""
+    if args.lakefs_backend == "real":
+        from airflow_lakefence.testing.real_lakefs import DEFAULT_LAKEFS_VERSION
+
+        return f"real lakeFS v{DEFAULT_LAKEFS_VERSION} ({args.real_kv} KV) behind the proxy (latency from the proxy)"
+    return "the local lakeFS server (latency added by the server)"
+
+
+@contextmanager
+def lakefs_process(backend: str, data_dir: Path, real_kv: str = "postgres") -> Iterator[ServerProcess]:
+    """Run the benchmark's lakeFS until the block ends: the local server, or real lakeFS behind a proxy process.
+
+    :param backend: ``"local"`` or ``"real"``.
+    :param data_dir: the lakeFS data directory.
+    :param real_kv: real lakeFS's KV store, ``"postgres"`` or ``"local"``.
+    """
+    if backend == "local":
+        with server_process(data_dir) as server:
+            yield server
+        return
+    os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_lakefs"))
+    from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+
+    real = RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="WARN", kv=real_kv)
+    with real:
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "airflow_lakefence.testing.proxy", real.url],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proxy.stdout is not None
+            url = proxy.stdout.readline().strip()
+            if not url.startswith("http"):
+                raise RuntimeError(f"the lakeFS proxy did not start (first line {url!r})")
+            yield ServerProcess(url, real.access_key_id, real.secret_access_key, data_dir)
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=30)
 
 
 def setup_airflow(home: Path, dag_files: Sequence[Path], endpoint: str, access_key_id: str, secret: str) -> Path:

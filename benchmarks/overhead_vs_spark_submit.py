@@ -10,9 +10,14 @@ their ratio; and, measured inside the fenced task (failpoints around the Spark s
 fenced operator's own time outside Spark, which the Spark run's noise does not blur. Local
 Spark (``local[2]``) starts a JVM per run (~9 s), so expect minutes.
 
+lakeFS is the local lakeFS server (``--lakefs-backend local``) or real lakeFS, its KV store on
+PostgreSQL unless ``--real-kv local``, behind the fault-injecting proxy (``real``);
+``--latency-ms`` adds a delay to every lakeFS request (a network round-trip).
+
 Run::
 
-    python benchmarks/overhead_vs_spark_submit.py [--runs 5] [--home DIR]
+    python benchmarks/overhead_vs_spark_submit.py [--runs 5] [--home DIR] [--latency-ms 0]
+        [--lakefs-backend local|real] [--real-kv postgres|local]
 """
 
 from __future__ import annotations
@@ -28,7 +33,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_module, machine, median, print_table, server_process, setup_airflow, temp_home
+from _common import (
+    add_backend_arguments,
+    backend_label,
+    lakefs_process,
+    load_module,
+    machine,
+    median,
+    print_table,
+    setup_airflow,
+    temp_home,
+)
 
 REPOSITORY = "spark-overhead-bench"
 DAG_FILE = Path(__file__).resolve().parent / "_bench_dags.py"
@@ -42,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each operator (median); at least 5")
     parser.add_argument("--home", type=Path, default=None, help="Airflow home and lakeFS data (default: temp)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay added to every lakeFS request")
+    add_backend_arguments(parser)
     args = parser.parse_args(argv)
     if shutil.which("spark-submit", path=str(Path(sys.executable).parent)) is None:
         raise SystemExit(f"no spark-submit next to {sys.executable}: pip install pyspark")
@@ -50,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         atexit.register(shutil.rmtree, home, True)
     (home / "lakefs").mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
-    with server_process(home / "lakefs") as server:
+    print(f"lakeFS: {backend_label(args)}; injected latency {args.latency_ms:g} ms per request")
+    with lakefs_process(args.lakefs_backend, home / "lakefs", args.real_kv) as server:
         os.environ.update(  # read by the bare DAG's env_vars at parse time
             {
                 "BENCH_LAKEFS_ENDPOINT": server.url,
@@ -66,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         main_branch = repo.branch("main")
         main_branch.object("in/data.txt").upload(b"input", pre_sign=False)
         input_commit = main_branch.commit("seed input").get_commit().id
+        server.controls.set_latency(args.latency_ms / 1000)
 
         from airflow_lakefence import failpoints
 

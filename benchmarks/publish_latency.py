@@ -2,7 +2,9 @@
 
 The same publish (one object written by the "job", then made visible on a fresh target branch) is
 done three ways, side by side in one run, at each injected per-request latency (default 0, 20 and
-50 ms; the local lakeFS server sleeps that long in every API request, like a network round-trip):
+50 ms, like a network round-trip: on ``--lakefs-backend local`` the local lakeFS server sleeps that
+long in every API request; on ``--lakefs-backend real`` the fault-injecting proxy in front of real
+lakeFS does, its KV store on PostgreSQL unless ``--real-kv local``):
 
 * ``FencedSparkPublishOperator`` (direct mode) under ``dag.test()`` with the fake spark-submit
   (tests/fake_spark: the job runs without a JVM). Measured: the operator's wall time minus the
@@ -20,6 +22,8 @@ slope of time against latency (least squares). Goal for the fenced operator: ≤
 Run::
 
     python benchmarks/publish_latency.py [--latencies-ms 0 20 50] [--repeat 5] [--home DIR]
+        [--lakefs-backend local|real] [--real-kv postgres|local] [--hard-fence]
+        [--calls-by-endpoint]
 """
 
 from __future__ import annotations
@@ -37,7 +41,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_module, machine, median, print_table, server_process, setup_airflow, temp_home
+from _common import (
+    add_backend_arguments,
+    backend_label,
+    lakefs_process,
+    load_module,
+    machine,
+    median,
+    print_table,
+    setup_airflow,
+    temp_home,
+)
 
 REPOSITORY = "latency-bench"
 DAG_FILE = Path(__file__).resolve().parent / "_bench_dags.py"
@@ -57,7 +71,7 @@ def fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 class Bench:
     """One server, one Airflow home, one repository; measures one publish of each way."""
 
-    def __init__(self, server: Any, dags: Any) -> None:
+    def __init__(self, server: Any, dags: Any, hard_fence: bool = False) -> None:
         import lakefs
 
         self.server = server
@@ -70,16 +84,26 @@ class Bench:
         main = self.repo.branch("main")
         main.object("in/data.txt").upload(b"input", pre_sign=False)
         self.input_commit = main.commit("seed input").get_commit().id
+        self.dag = dags.fenced_fake_hard_dag if hard_fence else dags.fenced_fake_dag
+        if hard_fence:  # on the input, so every publication built on it carries the hook
+            from airflow_lakefence.hardfence import install_hard_fence
+            from airflow_lakefence.lakefs_client import LakeFSClient
+
+            adapter = LakeFSClient(server.url, server.access_key_id, server.secret_access_key)
+            self.input_commit = install_hard_fence(adapter, REPOSITORY, "main").head
         self.job_counts: Counter[str] = Counter()
+        #: lakeFS calls by endpoint (operationId) of the last publish of each way, the job's excluded.
+        self.by_endpoint: dict[str, Counter[str]] = {}
 
     def _target(self) -> str:
         name = f"t-{uuid.uuid4().hex[:12]}"
         self.repo.branch(name).create(self.input_commit)
         return name
 
-    def _publish_calls(self) -> int:
-        counts = Counter(self.controls.counts())
-        return sum(v for k, v in counts.items() if k not in JOB_CALLS)
+    def _publish_calls(self, way: str) -> int:
+        counts = Counter({k: v for k, v in self.controls.counts().items() if k not in JOB_CALLS})
+        self.by_endpoint[way] = counts
+        return sum(counts.values())
 
     def fenced(self) -> tuple[float, int]:
         from airflow_lakefence import failpoints
@@ -98,10 +122,10 @@ class Bench:
         self.controls.reset_counts()
         job = {"files": {f"out/{target}.txt": target}}
         conf = {"repository": REPOSITORY, "target": target, "input_ref": self.input_commit, "job": job}
-        dag_run = dags.fenced_fake_dag.test(run_conf=conf)
+        dag_run = self.dag.test(run_conf=conf)
         if str(dag_run.state) not in ("success", "DagRunState.SUCCESS"):
             raise SystemExit(f"fenced publish failed: {dag_run.state}")
-        calls = self._publish_calls()
+        calls = self._publish_calls("fenced operator")
         marks = dags.MARKS[-1]
         head = self.repo.branch(target).get_commit()
         if head.parents[0] != self.input_commit:
@@ -118,7 +142,7 @@ class Bench:
             tx.object(f"out/{target}.txt").upload(target.encode(), pre_sign=False)
             job = time.perf_counter() - job_start
         seconds = time.perf_counter() - start - job
-        calls = self._publish_calls()
+        calls = self._publish_calls("branch.transact()")
         if self.repo.branch(target).get_commit().parents[0] != self.input_commit:
             raise SystemExit("transact did not merge onto the input")
         return seconds, calls
@@ -134,7 +158,7 @@ class Bench:
         branch.commit("bench provider style", metadata={"by": "bench"})  # CommitOperator
         branch.merge_into(self.repo.branch(target))  # MergeOperator
         seconds = time.perf_counter() - start - job
-        calls = self._publish_calls()
+        calls = self._publish_calls("provider style")
         if self.repo.branch(target).get_commit().parents[0] != self.input_commit:
             raise SystemExit("provider-style publish did not merge onto the input")
         return seconds, calls
@@ -145,16 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latencies-ms", type=float, nargs="+", default=[0.0, 20.0, 50.0])
     parser.add_argument("--repeat", type=int, default=5, help="publishes per way and latency (median)")
     parser.add_argument("--home", type=Path, default=None, help="Airflow home and lakeFS data (default: temp)")
+    parser.add_argument("--hard-fence", action="store_true", help="the fenced operator with hard_fence='require'")
+    parser.add_argument("--calls-by-endpoint", action="store_true", help="print each way's lakeFS calls by endpoint")
+    add_backend_arguments(parser)
     args = parser.parse_args(argv)
     home = (args.home or temp_home("lakefence-latency-bench-")).resolve()
     if args.home is None:
         atexit.register(shutil.rmtree, home, True)
     (home / "lakefs").mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
-    with server_process(home / "lakefs") as server:
+    print(f"lakeFS: {backend_label(args)}; hard fence {'on' if args.hard_fence else 'off'}")
+    with lakefs_process(args.lakefs_backend, home / "lakefs", args.real_kv) as server:
         dags_folder = setup_airflow(home, [DAG_FILE], server.url, server.access_key_id, server.secret_access_key)
         dags = load_module(dags_folder / DAG_FILE.name, "lakefence_bench_dags")
-        bench = Bench(server, dags)
+        bench = Bench(server, dags, args.hard_fence)
         ways: dict[str, Callable[[], tuple[float, int]]] = {
             "fenced operator": bench.fenced,
             "branch.transact()": bench.transact,
@@ -203,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         got = times["fenced operator"][latency]
         verdicts.append(f"{latency:g} ms: {got:.3f} s ≤ {budget:.3f} s {'met' if got <= budget else 'MISSED'}")
     print("goal (fenced operator ≤ calls × RTT + 0.5 s): " + "; ".join(verdicts))
+    last = max(args.latencies_ms)
+    ratio = times["fenced operator"][last] / times["branch.transact()"][last]
+    print(f"fenced operator / branch.transact() non-job time at {last:g} ms: {ratio:.2f}x")
+    if args.calls_by_endpoint:
+        for name in WAYS:
+            print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(bench.by_endpoint[name].items())))
     return 0
 
 

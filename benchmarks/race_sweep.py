@@ -8,7 +8,7 @@ The latest result is recorded in docs/reliability.md.
 Run from the repository root::
 
     python benchmarks/race_sweep.py --seeds 200 [--first 0] [--workers 3] [--json sweep.json]
-        [--fence soft|hard|both] [--lakefs-backend local|real]
+        [--fence soft|hard|both] [--lakefs-backend local|real] [--real-kv postgres|local]
 
 (the same as ``python -m tests.reliability.sweep``). Exit code 1 when an invariant was violated;
 rerun one scenario with ``--first SEED --seeds 1 --keep`` to keep its logs and timeline.

@@ -1,6 +1,8 @@
 """Workspace upload throughput: airflow-lakefence's parallel streaming upload vs the SDK's ``upload``.
 
-Two cases, each into a fresh branch of the local lakeFS server (run in its own process):
+Two cases, each into a fresh branch of the benchmark's lakeFS (``--lakefs-backend local``: the
+local lakeFS server in its own process; ``real``: real lakeFS, its KV store on PostgreSQL unless
+``--real-kv local``, behind the fault-injecting proxy in its own process):
 
 * many files (default 1,000 × 100 KB): ``LakeFSClient.upload_tree`` (parallel, streamed bodies)
   against the ``lakefs`` SDK's ``branch.object(path).upload(data)`` one file after the other;
@@ -11,13 +13,14 @@ Two cases, each into a fresh branch of the local lakeFS server (run in its own p
 Every upload runs in a fresh worker process that reports its wall time and its peak resident set
 size (``getrusage``), so memory use is measured, not inferred. Every upload is checked afterwards:
 object count, sizes and the server's MD5 of the large object. The many-files case runs at each
-``--latencies-ms`` (a delay the server adds to every lakeFS request: a network round-trip),
+``--latencies-ms`` (a delay the server, or the proxy, adds to every lakeFS request: a network round-trip),
 ``--repeat`` times per method, interleaved (median); the large file once per method at 0 ms.
 
 Run::
 
     python benchmarks/upload_throughput.py [--files 1000] [--file-size 100K] [--large-size 2G]
         [--concurrency 8] [--latencies-ms 0 20] [--repeat 3] [--skip-large] [--workdir DIR]
+        [--lakefs-backend local|real] [--real-kv postgres|local]
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, median, print_table, server_process
+from _common import add_backend_arguments, backend_label, lakefs_process, machine, median, print_table
 
 REPOSITORY = "upload-bench"
 SECRET_ENV = "LAKEFENCE_BENCH_SECRET"
@@ -179,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sdk-memory", action="store_true", help="skip the SDK's whole-file upload(data)")
     parser.add_argument("--workdir", type=Path, default=None, help="where test files and server data go")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    add_backend_arguments(parser)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
@@ -192,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     print(f"workdir: {work} (free: {shutil.disk_usage(work).free / 1e9:.0f} GB)")
+    print(f"lakeFS: {backend_label(args)}")
     small = make_small_files(work / "small", args.files, args.file_size)
     large_md5 = ""
     large = work / "large.bin"
@@ -207,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir()
     rows: list[list[Any]] = []
-    with server_process(data_dir) as server:
+    with lakefs_process(args.lakefs_backend, data_dir, args.real_kv) as server:
         client = server.sdk()
         repo = lakefs.Repository(REPOSITORY, client=client).create(storage_namespace=f"local://{REPOSITORY}")
         base = {"url": server.url, "key": server.access_key_id, "concurrency": args.concurrency}

@@ -50,11 +50,56 @@ os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_l
 #: Tests too slow to run twice: under --lakefs-backend=both they run on real lakeFS only.
 ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster")
 
+# Which backend proves what, under --lakefs-backend=both (what CI runs; docs/backends.md):
+# - the protocol tiers (PROTOCOL_TIERS) test the product against lakeFS: real lakeFS, the reference,
+#   is the one that counts, so they run there only (marker REFERENCE_ONLY_MARKER, added below);
+# - the local server is proven to answer as lakeFS does by its own conformance tier
+#   (tests/lakefs_server, on both backends) and the differential fidelity tier (tests/fidelity), and
+#   DAG authors' path through it by LOCAL_SMOKE: every decision of the protocol through the operator
+#   (merge, noop, replace, relocate, idempotent, read_only, fail closed, stale), the examples, the
+#   operator's usability and the hard fence's operator, on both backends;
+# - --lakefs-backend=local (or real) alone still runs every test on that one backend.
+PROTOCOL_TIERS = ("tests/integration/", "tests/reliability/", "tests/hard_fence/")
+LOCAL_SMOKE = (
+    # merge, noop, replace, relocate, read_only, fail closed with evidence, stale and cleared attempts
+    "tests/integration/test_fenced_publish.py::",
+    # idempotent: a merge whose answer was lost is found, not repeated
+    "tests/integration/test_publish_faults_and_costs.py::test_merge_answer_lost_is_not_repeated",
+    "tests/integration/test_examples.py::",
+    "tests/integration/test_example_python.py::",
+    "tests/integration/test_sensors_monitoring_example.py::",
+    "tests/integration/test_operator_usability.py::",
+    "tests/hard_fence/test_operator_hard_fence.py::",
+)
+#: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
+REFERENCE_ONLY_MARKER = "lakefs_reference_only"
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Run the slowest tiers on one backend under ``--lakefs-backend=both``."""
-    for marker in ONE_BACKEND_MARKERS:
+    """Run the slowest tiers, and the protocol tiers outside the local smoke, on one backend under ``both``."""
+    for marker in (*ONE_BACKEND_MARKERS, REFERENCE_ONLY_MARKER):
         config.addinivalue_line("lakefs_one_backend_markers", marker)
+    config.addinivalue_line(
+        "markers",
+        f"{REFERENCE_ONLY_MARKER}: a protocol-tier test outside the local smoke (real lakeFS only under both)",
+    )
+
+
+def reference_only(nodeid: str) -> bool:
+    """Whether a test (by node id) runs on real lakeFS only under ``--lakefs-backend=both``.
+
+    :param nodeid: e.g. ``tests/reliability/test_bad_input.py::test_x``.
+    """
+    return nodeid.startswith(PROTOCOL_TIERS) and not any(
+        nodeid == smoke or (smoke.endswith("::") and nodeid.startswith(smoke)) for smoke in LOCAL_SMOKE
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Mark reference-only tests before the plugin parametrizes ``lakefs_backend`` (it reads the marker)."""
+    if "lakefs_backend" in metafunc.fixturenames and reference_only(metafunc.definition.nodeid.split("[")[0]):
+        metafunc.definition.add_marker(REFERENCE_ONLY_MARKER)
 
 
 #: A report's user property carrying a tier's measured figures (JSON); the rest of the name is the tier.
@@ -96,6 +141,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefs_backend", "none")
             group = f"{item.module.__name__ if item.module else item.path.stem}-{backend}"
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the session's throw-away PostgreSQL cluster (the Airflow stacks' and real lakeFS's), if one started."""
+    from airflow_lakefence.testing.postgres import stop_shared_cluster
+
+    stop_shared_cluster()
 
 
 @pytest.fixture(scope="session")

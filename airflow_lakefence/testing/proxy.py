@@ -445,3 +445,36 @@ class FaultProxy:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_lakefence.testing.proxy UPSTREAM [--port N] [--latency S]``: serve until stopped.
+
+    Prints the proxy's URL as its first line (benchmarks run the proxy in a process of its own, so
+    its work is not charged to the measured client); its controls are served under ``/_lakefence/``
+    (:class:`~airflow_lakefence.testing.lakefs_server.controls.RemoteControls`).
+    """
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m airflow_lakefence.testing.proxy", description=main.__doc__)
+    parser.add_argument("upstream", help="lakeFS base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: a free one)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every API request")
+    args = parser.parse_args(argv)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with FaultProxy(args.upstream, port=args.port) as proxy:
+        proxy.controls.set_latency(args.latency)
+        print(proxy.url, flush=True)
+        try:
+            stopped.wait()
+        except KeyboardInterrupt:
+            pass
+    print("proxy stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

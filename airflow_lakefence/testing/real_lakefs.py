@@ -5,10 +5,18 @@ refuses it; instead a small wrapper module (``require`` the pinned release, repe
 lines, a 5-line ``main`` calling ``cmd.Execute()``) is built with ``go build``.
 :func:`ensure_lakefs_binary` does that once per version into a cache directory
 (``$XDG_CACHE_HOME/airflow-lakefence/lakefs-v<version>/lakefs``, reused when present) and
-:class:`RealLakeFS` runs it: local KV and local blockstore in a directory, fixed installation
-credentials from the environment (``LAKEFS_INSTALLATION_*``: no setup call), health-checked,
-its log kept in a file. :meth:`RealLakeFS.kill` (SIGKILL) and :meth:`RealLakeFS.start` again
-restart it on the same port and data, for crash tests.
+:class:`RealLakeFS` runs it: local blockstore in a directory, health-checked, its log kept in a
+file, with its KV store (branches, commits' records, auth) either
+
+- ``local``: lakeFS's embedded store in the directory; the admin comes from the environment
+  (``LAKEFS_INSTALLATION_*``), no setup call; quick to start; or
+- ``postgres``: a database of its own in a throw-away PostgreSQL cluster
+  (:mod:`airflow_lakefence.testing.postgres`; by default the process's shared one), as production
+  lakeFS runs; the admin is set up through ``POST /api/v1/setup_lakefs`` (lakeFS ignores the
+  ``LAKEFS_INSTALLATION_*`` variables with PostgreSQL).
+
+:meth:`RealLakeFS.kill` (SIGKILL) and :meth:`RealLakeFS.start` again restart it on the same port
+and data (the PostgreSQL cluster keeps running), for crash tests.
 
 Environment:
 
@@ -17,6 +25,8 @@ Environment:
   version). Without it a wrapper module is generated for ``LAKEFENCE_LAKEFS_VERSION``
   (default :data:`DEFAULT_LAKEFS_VERSION`) from lakeFS's own ``go.mod``/``go.sum``.
 - ``LAKEFENCE_CACHE_DIR``: the cache directory (default ``$XDG_CACHE_HOME/airflow-lakefence``).
+- ``LAKEFENCE_REAL_LAKEFS_KV``: ``local`` (default) or ``postgres``, the KV store of every
+  :class:`RealLakeFS` not given one explicitly (CI sets ``postgres``).
 
 Example::
 
@@ -42,12 +52,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, TYPE_CHECKING, Self
 
 from airflow_lakefence.exceptions import GoToolchainMissingError as GoToolchainMissingError  # re-exported
 from airflow_lakefence.exceptions import RealLakeFSError as RealLakeFSError  # re-exported
+
+if TYPE_CHECKING:
+    from airflow_lakefence.testing.postgres import PostgresCluster
 
 #: The lakeFS release the project is tested against (served by the Go module proxy here).
 DEFAULT_LAKEFS_VERSION = "1.86.0"
@@ -55,6 +69,9 @@ BINARY_ENV = "LAKEFENCE_LAKEFS_BINARY"
 GO_MODULE_ENV = "LAKEFENCE_LAKEFS_GO_MODULE"
 VERSION_ENV = "LAKEFENCE_LAKEFS_VERSION"
 CACHE_ENV = "LAKEFENCE_CACHE_DIR"
+KV_ENV = "LAKEFENCE_REAL_LAKEFS_KV"
+#: The KV stores :class:`RealLakeFS` can run on.
+KV_STORES = ("local", "postgres")
 LAKEFS_MODULE = "github.com/treeverse/lakefs"
 # The lakeFS quickstart credentials: what lakeFS examples and docs use (and the local server's default).
 DEFAULT_ACCESS_KEY_ID = "AKIAIOSFOLQUICKSTART"
@@ -191,6 +208,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def default_kv() -> str:
+    """Return the KV store selected by ``LAKEFENCE_REAL_LAKEFS_KV`` (``local`` when unset).
+
+    :raises RealLakeFSError: for another value.
+    """
+    kv = os.environ.get(KV_ENV, "").strip().lower() or "local"
+    if kv not in KV_STORES:
+        raise RealLakeFSError(f"{KV_ENV}={kv!r}: use one of {', '.join(KV_STORES)}")
+    return kv
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Return a port that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -199,7 +227,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class RealLakeFS:
-    """A real lakeFS process: single node, local KV and blockstore under ``data_dir``.
+    """A real lakeFS process: single node, local blockstore under ``data_dir``, local or PostgreSQL KV.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Repositories take storage
     namespaces ``local://<name>``.
@@ -213,6 +241,9 @@ class RealLakeFS:
     :param secret_access_key: its secret.
     :param startup_timeout: seconds to wait for the health check.
     :param log_level: lakeFS's log level.
+    :param kv: ``"local"`` or ``"postgres"`` (default :func:`default_kv`).
+    :param postgres: the cluster of the ``postgres`` KV store (default: the process's shared one,
+        :func:`airflow_lakefence.testing.postgres.shared_cluster`); lakeFS gets a database of its own in it.
     """
 
     def __init__(
@@ -225,6 +256,8 @@ class RealLakeFS:
         secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY,
         startup_timeout: float = 120.0,
         log_level: str = "INFO",
+        kv: str | None = None,
+        postgres: PostgresCluster | None = None,
     ) -> None:
         self.binary = Path(binary)
         self.data_dir = Path(data_dir)
@@ -237,6 +270,12 @@ class RealLakeFS:
         self.log_path = self.data_dir / "lakefs.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._encrypt_key = secrets.token_hex(16)
+        self.kv = kv if kv is not None else default_kv()
+        if self.kv not in KV_STORES:
+            raise RealLakeFSError(f"kv={self.kv!r}: use one of {', '.join(KV_STORES)}")
+        self.postgres = postgres
+        #: The database of the ``postgres`` KV store (one per instance, kept across restarts).
+        self.database = f"lakefs_{uuid.uuid4().hex[:12]}"
 
     @property
     def url(self) -> str:
@@ -261,11 +300,7 @@ class RealLakeFS:
             "logging:\n"
             f"  level: {self.log_level}\n"
             "  format: text\n"
-            "database:\n"
-            "  type: local\n"
-            "  local:\n"
-            f"    path: {self.data_dir / 'kv'}\n"
-            "    sync_writes: true\n"
+            f"{self._database_config()}"
             # lakeFS's default metarange cache is ~/lakefs/data/cache: shared by every lakeFS of the
             # user, whose workspace clean-ups then break each other's commits. One per instance.
             "committed:\n"
@@ -285,8 +320,49 @@ class RealLakeFS:
         )
         return config
 
+    def _database_config(self) -> str:
+        if self.kv == "postgres":
+            assert self.postgres is not None
+            url = self.postgres.url(self.database, driver="postgres")
+            return f'database:\n  type: postgres\n  postgres:\n    connection_string: "{url}?sslmode=disable"\n'
+        return f"database:\n  type: local\n  local:\n    path: {self.data_dir / 'kv'}\n    sync_writes: true\n"
+
+    def _start_postgres(self) -> None:
+        from airflow_lakefence.testing.postgres import PostgresError, shared_cluster
+
+        try:
+            if self.postgres is None:
+                self.postgres = shared_cluster()
+            elif not self.postgres.running:
+                self.postgres.start()
+            self.postgres.create_database(self.database)
+        except PostgresError as exc:
+            raise RealLakeFSError(f"lakeFS's PostgreSQL KV store: {exc}") from exc
+
+    def _set_up_admin(self) -> None:
+        """Create the admin with this instance's credentials, unless lakeFS is set up already (a restart)."""
+        with urllib.request.urlopen(f"{self.endpoint}/setup_lakefs", timeout=10) as response:
+            state = json.loads(response.read() or b"{}").get("state")
+        if state == "initialized":
+            return
+        body = json.dumps(
+            {
+                "username": "admin",
+                "key": {"access_key_id": self.access_key_id, "secret_access_key": self.secret_access_key},
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}/setup_lakefs", data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30):
+                pass
+        except urllib.error.HTTPError as exc:
+            # Never the request body: it carries the secret.
+            raise RealLakeFSError(f"POST /api/v1/setup_lakefs answered {exc.code}: {exc.read()[:500]!r}") from None
+
     def start(self) -> Self:
-        """Start lakeFS and wait until its health check answers.
+        """Start lakeFS and wait until its health check answers (and, on PostgreSQL, its admin exists).
 
         :raises RuntimeError: if already running.
         :raises RealLakeFSError: if it exits or does not answer in time (the message ends with its log).
@@ -296,6 +372,8 @@ class RealLakeFS:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port(self.host)
+        if self.kv == "postgres":
+            self._start_postgres()
         config = self._write_config()
         env = {
             **os.environ,
@@ -319,6 +397,8 @@ class RealLakeFS:
             )
         try:
             self._wait_healthy()
+            if self.kv == "postgres":
+                self._set_up_admin()
         except BaseException:
             self.kill()
             raise

@@ -18,19 +18,26 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lakefs
 import pytest
 
 from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
 from tests.conftest import TIER_FIGURES_PROPERTY
 from tests.dags.celery_dags import TARGETS, pool_name
+from tests.stack.tier import (
+    FAILED,
+    create_repositories,
+    failed_so_far,
+    lakefs_connection,
+    remember_report,
+    running_stack,
+)
 
-KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"
 DAG_FILE = Path(__file__).resolve().parent.parent / "dags" / "celery_dags.py"
 #: The settings that bound the stale window, as the tier runs them (docs/howto/executors.md).
 STACK_SETTINGS = {
@@ -40,8 +47,6 @@ STACK_SETTINGS = {
     # The supervisor's heartbeat, which also delivers clears and marks as a kill (the default).
     "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "5",
 }
-_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
-_FAILED = pytest.StashKey[bool]()
 
 #: Figures the scenarios measured (not asserted), printed in the terminal summary by tests/conftest.py.
 FIGURES: dict[str, Any] = {}
@@ -55,7 +60,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     summary (under pytest-xdist the tier runs in a worker; only reports reach the main process).
     """
     report = yield
-    item.stash.setdefault(_REPORTS, {})[report.when] = report
+    remember_report(item, report)
     if FIGURES:
         report.user_properties.append((f"{TIER_FIGURES_PROPERTY}Celery tier", json.dumps(FIGURES)))
     return report
@@ -106,18 +111,6 @@ def celery_executor_problem() -> str | None:
     return lines[-1] if lines else f"exit code {probe.returncode}"
 
 
-def _create_repositories(server: RealLakeFS) -> None:
-    import lakefs
-
-    client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
-    for repository, targets in TARGETS.values():
-        repo = lakefs.Repository(repository, client=client)
-        repo.create(storage_namespace=f"local://{repository}-{uuid.uuid4().hex[:8]}", default_branch="main")
-        for target in targets:
-            if target != "main":
-                repo.branch(target).create(source_reference="main")
-
-
 @pytest.fixture(scope="module")
 def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
     """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
@@ -126,53 +119,28 @@ def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Ite
     problem = celery_executor_problem()
     if problem:
         _unavailable(f"the CeleryExecutor does not load: {problem}")
-    _create_repositories(real_lakefs)
-    pools = {pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets}
+    client = lakefs.Client(host=real_lakefs.url, username=real_lakefs.access_key_id,
+                           password=real_lakefs.secret_access_key)
+    create_repositories(client, "local://lakefence-celery", TARGETS)
     stack = CeleryStack(
         dag_files=[DAG_FILE],
-        connections={
-            "lakefs_default": {
-                "conn_type": "lakefs",
-                "host": real_lakefs.endpoint,
-                "login": real_lakefs.access_key_id,
-                "password": real_lakefs.secret_access_key,
-            },
-            "spark_local": {"conn_type": "spark", "host": "local[2]"},
-        },
-        pools=pools,
+        connections=lakefs_connection(real_lakefs.endpoint, real_lakefs.access_key_id, real_lakefs.secret_access_key),
+        pools={pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets},
         extra_config=STACK_SETTINGS,
     )
     booting = time.monotonic()
-    try:
-        stack.start()
-        stack.wait_for_dags([*TARGETS, "lf_cel_watch"])
-    except BaseException:
-        stack.dump_logs()
-        stack.stop(remove_home=False)
-        raise
-    FIGURES["stack_boot_s"] = time.monotonic() - booting
-    FIGURES["db_migrate_s"] = stack.migrate_seconds
-    FIGURES["components_healthy_s"] = stack.boot_seconds
-    FIGURES["workers_ready_s"] = stack.workers_ready_seconds
-    FIGURES["settings"] = settings_summary(stack.environment())
-    print(f"Celery stack up in {FIGURES['stack_boot_s']:.1f}s at {stack.base_url}, home {stack.home}")
-    try:
+    with running_stack(stack, [*TARGETS, "lf_cel_watch"], lambda: request.session.stash.get(FAILED, False)):
+        FIGURES["stack_boot_s"] = time.monotonic() - booting
+        FIGURES["db_migrate_s"] = stack.migrate_seconds
+        FIGURES["components_healthy_s"] = stack.boot_seconds
+        FIGURES["workers_ready_s"] = stack.workers_ready_seconds
+        FIGURES["settings"] = settings_summary(stack.environment())
         yield stack
-    finally:
-        keep = bool(request.session.stash.get(_FAILED, False)) or bool(os.environ.get(KEEP_HOME_ENV))
-        if keep:
-            print(f"keeping the Airflow home {stack.home}")
-        late = stack.stop(remove_home=not keep)
-        if late:
-            print(f"killed after the components stopped: {late}")
-    leftovers = stack.marked_processes()
-    assert not leftovers, f"processes survived the stack's teardown: {leftovers}"
 
 
 @pytest.fixture(autouse=True)
 def _dump_logs_on_failure(request: pytest.FixtureRequest, celery_stack: CeleryStack) -> Iterator[None]:
     yield
-    reports = request.node.stash.get(_REPORTS, {})
-    if any(report.failed for report in reports.values()):
-        request.session.stash[_FAILED] = True
+    if failed_so_far(request.node):
+        request.session.stash[FAILED] = True
         celery_stack.dump_logs()

@@ -1,16 +1,16 @@
 """The full Airflow stack with the CeleryExecutor and several Celery workers, on loopback.
 
-:class:`CeleryStack` extends :class:`tests.scheduler.harness.AirflowStack` (api-server, scheduler,
-dag-processor, triggerer on SQLite, driven through the REST API) with:
+:class:`CeleryStack` extends :class:`tests.stack.harness.AirflowStack` (api-server, scheduler,
+dag-processor, triggerer, the metadata database on PostgreSQL, driven through the REST API) with:
 
 - a Redis server (Debian's ``redis-server``) on a free port, the Celery broker (db 0) and result
   backend (db 1), its data in the stack's home, nothing persisted;
 - the scheduler on ``CeleryExecutor``;
 - N ``airflow celery worker`` processes, each with a home of its own: its own ``AIRFLOW_HOME``,
   dags folder (a link to the same DAG file: the same code deployed twice), log folder, ``HOME``,
-  ``TMPDIR`` and a SQLite file that is *not* the metadata DB, so nothing reaches the other
-  components through the local disk, and a worker that touched the database by accident would
-  fail instead of succeeding through a shared file. Workers reach Airflow only through the
+  ``TMPDIR`` and, as its database setting, an empty SQLite file that is *not* the metadata
+  database, so nothing reaches the other components through the local disk, and a worker that
+  touched the database by accident would fail instead of succeeding. Workers reach Airflow only through the
   Execution API (HTTP) and Redis, as on separate machines. Each reports its own name as the
   task instances' ``hostname`` (:mod:`tests.celery.hostname`) and as its Celery node name.
 
@@ -39,7 +39,7 @@ from typing import Any
 import psutil
 
 from tests.celery.hostname import WORKER_NAME_ENV
-from tests.scheduler.harness import MARKER_ENV, AirflowStack, StackError, free_port, wait_for
+from tests.stack.harness import MARKER_ENV, AirflowStack, StackError, free_port, wait_for
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -55,7 +55,7 @@ class CeleryStack(AirflowStack):
     :param dag_files: DAG files linked into every dags folder (components' and workers').
     :param workers: the workers' names; each becomes its Celery node name and its task instances' hostname.
     :param worker_concurrency: task slots per worker.
-    :param kwargs: :class:`~tests.scheduler.harness.AirflowStack` arguments.
+    :param kwargs: :class:`~tests.stack.harness.AirflowStack` arguments.
     """
 
     def __init__(

@@ -1,16 +1,16 @@
 """The fences under the CeleryExecutor with two workers, against a real lakeFS.
 
 One stack per session (tests/celery/conftest.py): Redis, api-server, scheduler (CeleryExecutor),
-dag-processor, triggerer and two Celery workers with separate homes, all on loopback, driven
-through the REST API as the UI would. Each scenario has a DAG and target of its own
-(tests/dags/celery_dags.py) and asserts the target branch (HEAD, parents, objects, the lakefence
-record of each commit) and the task history (try numbers, states, the worker of each try: the
-task instance's ``hostname``). The figures it measures are printed in the terminal summary.
+dag-processor, triggerer (the metadata database on PostgreSQL) and two Celery workers with
+separate homes, all on loopback, driven through the REST API as the UI would. Each scenario has
+a DAG and target of its own (tests/dags/celery_dags.py) and asserts the target branch (HEAD,
+parents, objects, the lakefence record of each commit) and the task history (try numbers,
+states, the worker of each try: the task instance's ``hostname``). The figures it measures are
+printed in the terminal summary.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections import Counter
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import lakefs
-import psutil
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
@@ -26,25 +25,30 @@ from airflow_lakefence.testing.real_lakefs import RealLakeFS
 from tests.celery.conftest import FIGURES
 from tests.celery.harness import CeleryStack
 from tests.dags.celery_dags import RESTART_POINTS, held_name
-from tests.scheduler.harness import StackError, wait_for
-from tests.scheduler.test_real_scheduler import (
+from tests.stack.harness import wait_for
+from tests.stack.tier import (
     HeadRecorder,
     Signals,
+    assert_linear_backfill,
     gone,
     history,
+    publications,
     read_text,
     record_of,
+    run_backfill,
     staging_branches,
     timestamp,
+    wait_task_process_end,
     xcom,
 )
+from tests.stack.tier import repository as tier_repository
 
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs]
 
 
 def repository(server: RealLakeFS, name: str) -> lakefs.Repository:
     client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
-    return lakefs.Repository(name, client=client)
+    return tier_repository(client, name)
 
 
 def wait_held(signals: Signals, task_id: str, try_number: int, point: str, timeout: float) -> dict[str, Any]:
@@ -56,47 +60,6 @@ def wait_held(signals: Signals, task_id: str, try_number: int, point: str, timeo
 
 def release(signals: Signals, task_id: str, try_number: int, point: str) -> None:
     (signals.directory / f"{held_name(task_id, try_number, point)}.go").touch()
-
-
-def task_processes(ti_id: str) -> list[str]:
-    """The live task process of a task instance (the Task SDK titles it ``airflow worker -- <ti id>``).
-
-    Only that title counts: a Celery pool process that supervised the try stays alive for the next one.
-    """
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
-        if cmdline.startswith("airflow worker --") and ti_id in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(f"{proc.pid} {cmdline}")
-    return found
-
-
-def other_processes_naming(ti_id: str) -> list[str]:
-    """Every live process whose command line names the task instance (for a failure message)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
-        if ti_id in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(f"{proc.pid} {proc.info['status']} {cmdline[:200]}")
-    return found
-
-
-def wait_task_process_end(ti_id: str, what: str, timeout: float = 30) -> None:
-    """Wait until the task process of ``ti_id`` has ended; name what still runs if it does not."""
-    try:
-        wait_for(f"{what}'s task process to end", lambda: not task_processes(ti_id), timeout)
-    except StackError as exc:
-        raise AssertionError(f"{exc}: {task_processes(ti_id)}; naming it: {other_processes_naming(ti_id)}") from None
-
-
-def publications(repo: lakefs.Repository, ref: str) -> list[Any]:
-    """The lakefence publish commits reachable from ``ref`` (all parents), newest first."""
-    found = []
-    for commit in history(repo, ref, False):
-        record = decode_metadata(commit.metadata)
-        if record is not None and record.role == ROLE_PUBLISH:
-            found.append(commit)
-    return found
 
 
 # -- 1. clear a running fenced task --------------------------------------------------------------
@@ -297,47 +260,9 @@ def test_backfill_of_five_runs_across_both_workers_is_linear(
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")
     started = time.monotonic()
     with HeadRecorder(repo, "main") as heads:
-        backfill = api.create_backfill(
-            dag_id,
-            "2026-01-01T00:00:00Z",
-            "2026-01-05T00:00:00Z",
-            max_active_runs=5,
-            reprocess_behavior="failed",
-            dag_run_conf={"job": job},
-        )
-        api.unpause(dag_id)
-
-        def finished() -> list[dict[str, Any]] | None:
-            runs = api.dag_runs(dag_id)
-            if any(r["state"] == "failed" for r in runs):
-                return runs
-            return runs if len(runs) == 5 and all(r["state"] == "success" for r in runs) else None
-
-        runs = wait_for("the backfill's five runs to finish", finished, 300, interval=1)
+        runs = run_backfill(api, dag_id, job)
     FIGURES["backfill_5_runs_s"] = time.monotonic() - started
-    FIGURES["backfill_create_lock_retries"] = api.backfill_lock_retries
-    assert [r["state"] for r in runs] == ["success"] * 5, runs
-    assert [r["logical_date"][:10] for r in runs] == [f"2026-01-0{d}" for d in range(1, 6)]
-    assert api.backfill(backfill["id"])["dag_id"] == dag_id
-
-    first_parent = history(repo, "main", True)
-    assert len(first_parent) == 6 and first_parent[-1].id == base
-    previous = base
-    for run, commit in zip(runs, reversed(first_parent[:-1]), strict=True):
-        record = decode_metadata(commit.metadata)
-        assert record is not None and record.role == ROLE_PUBLISH
-        key = (record.attempt.key.run_id, record.attempt.try_number, record.input_ref)
-        assert key == (run["dag_run_id"], 1, previous)
-        assert commit.parents[0] == previous
-        assert commit.metadata["logical_date"][:10] == run["logical_date"][:10]
-        assert xcom(api, dag_id, run["dag_run_id"], "publish", "output_ref") == commit.id
-        previous = commit.id
-    assert sorted(c.id for c in publications(repo, "main")) == sorted(c.id for c in first_parent[:-1])
-    assert not heads.errors and heads.heads == [base, *(c.id for c in reversed(first_parent[:-1]))]
-
-    windows = [api.task_instance(dag_id, r["dag_run_id"], "publish") for r in runs]
-    for earlier, later in itertools.pairwise(windows):
-        assert timestamp(earlier["end_date"]) <= timestamp(later["start_date"])  # the pool held across workers
+    windows = assert_linear_backfill(api, repo, dag_id, runs, base, heads)
     assert all(w["hostname"] in celery_stack.worker_names for w in windows)
     resolves = [api.task_instance(dag_id, r["dag_run_id"], "resolve_input") for r in runs]
     by_worker = Counter(t["hostname"] for t in [*windows, *resolves])

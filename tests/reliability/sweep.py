@@ -1,8 +1,9 @@
 """The randomized race sweep: many seeded interleavings of a zombie try, a new try and a foreign writer.
 
 ``python -m tests.reliability.sweep --seeds 200 [--first 0] [--workers 3] [--json out.json]
-[--lakefs-backend local|real]`` (or ``python benchmarks/race_sweep.py ...``) starts the project's
-local lakeFS server (or real lakeFS, built from tests/real_lakefs), runs every scenario of
+[--lakefs-backend local|real] [--real-kv postgres|local]`` (or ``python benchmarks/race_sweep.py ...``)
+starts the project's local lakeFS server (or real lakeFS, built from tests/real_lakefs, its KV
+store on PostgreSQL unless ``--real-kv local``), runs every scenario of
 :class:`~tests.reliability.harness.RaceScenario` for seeds ``first .. first+seeds-1``, checks the
 invariants and prints a summary: how many scenarios passed, every violation with its seed (rerun
 one with ``--first SEED --seeds 1``), and how often each documented soft-fence limit was observed.
@@ -114,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         default="local",
         help="the project's local lakeFS server (default) or real lakeFS built from tests/real_lakefs",
     )
+    parser.add_argument(
+        "--real-kv",
+        choices=("postgres", "local"),
+        default=os.environ.get("LAKEFENCE_REAL_LAKEFS_KV") or "postgres",
+        help="real lakeFS's KV store: a throw-away PostgreSQL (default, as in production) or its local store",
+    )
     args = parser.parse_args(argv)
 
     import logging
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     fences = ["soft", "hard"] if args.fence == "both" else [args.fence]
     summaries: dict[str, dict[str, Any]] = {}
     all_reports: dict[str, list[RaceReport]] = {}
-    with _lakefs(args.lakefs_backend, root / "lakefs") as server:
+    with _lakefs(args.lakefs_backend, root / "lakefs", args.real_kv) as server:
         lake = Lake(server.url, server.access_key_id, server.secret_access_key)
         launcher = ForkServer(attempt_env(lake, home))
         try:
@@ -137,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                 summaries[fence] = summarize(reports)
                 summaries[fence]["wall_seconds"] = round(time.monotonic() - started, 1)
                 summaries[fence]["workers"] = args.workers
-                summaries[fence]["lakefs_backend"] = args.lakefs_backend
+                summaries[fence]["lakefs_backend"] = (
+                    f"real ({args.real_kv} KV)" if args.lakefs_backend == "real" else args.lakefs_backend
+                )
                 all_reports[fence] = reports
         finally:
             launcher.close()
@@ -161,12 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not any(s["violations"] for s in summaries.values()) else 1
 
 
-def _lakefs(backend: str, data_dir: Path) -> Any:
+def _lakefs(backend: str, data_dir: Path, real_kv: str = "postgres") -> Any:
     """The sweep's lakeFS: a context manager with ``url``, ``access_key_id`` and ``secret_access_key``."""
     if backend == "real":
         from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
-        return RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="ERROR")
+        return RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="ERROR", kv=real_kv)
     from airflow_lakefence.testing.lakefs_server import LakeFSServer
 
     return LakeFSServer(data_dir)

@@ -1,8 +1,8 @@
 """The fenced publish under the real Airflow scheduler, driven through the REST API as the UI would.
 
 One full stack per module (api-server, scheduler with the LocalExecutor, dag-processor,
-triggerer; SQLite), the local lakeFS server, the fake spark-submit. The task processes are real
-forks with heartbeats, so clearing or marking a running task instance makes the supervisor
+triggerer; the metadata database on PostgreSQL), the session's lakeFS, the fake spark-submit.
+The task processes are real forks with heartbeats, so clearing or marking a running task instance makes the supervisor
 SIGTERM it (``on_kill``) a few seconds later, exactly as in production.
 
 The jobs (tests/scheduler/sched_job.py) drop a ``.started`` file in a signal directory as soon as
@@ -12,21 +12,32 @@ they run, so "mid-Spark" is an observed fact, not a guess from the clock.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lakefs
-import psutil
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata
-from tests.scheduler.harness import AirflowAPI, AirflowStack, wait_for
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
+from tests.stack.harness import AirflowStack, wait_for
+from tests.stack.tier import (
+    HeadRecorder,
+    Signals,
+    assert_linear_backfill,
+    gone,
+    history,
+    read_text,
+    record_of,
+    run_backfill,
+    staging_branches,
+    task_processes,
+    timestamp,
+    xcom,
+)
+from tests.stack.tier import repository as tier_repository
 
 pytestmark = pytest.mark.scheduler
 
@@ -42,125 +53,8 @@ def _print_figures(airflow_stack: AirflowStack) -> Iterator[None]:
     print("\nreal-scheduler figures:", json.dumps({k: round(v, 2) for k, v in FIGURES.items()}))
 
 
-# -- helpers -----------------------------------------------------------------------------------
-
-
-class Signals:
-    """The ``.started`` / ``.done`` files the test jobs write (see sched_job.py)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def _read(self, suffix: str) -> list[dict[str, Any]]:
-        found = []
-        for path in sorted(self.directory.glob(f"*{suffix}")):
-            found.append({**json.loads(path.read_text()), "staging": path.name.removesuffix(suffix)})
-        return found
-
-    def started(self, **match: Any) -> list[dict[str, Any]]:
-        """Jobs that started, filtered by equal payload fields (``try``, ``target``)."""
-        return [s for s in self._read(".started") if all(s.get(k) == v for k, v in match.items())]
-
-    def done(self, **match: Any) -> list[dict[str, Any]]:
-        """Jobs that finished writing their output."""
-        return [s for s in self._read(".done") if all(s.get(k) == v for k, v in match.items())]
-
-    def wait_started(self, timeout: float, **match: Any) -> dict[str, Any]:
-        """Wait for one job matching ``match`` to have started."""
-        return wait_for(f"a job {match} to start", lambda: (self.started(**match) or [None])[0], timeout)
-
-    def job_spec(self, **spec: Any) -> dict[str, Any]:
-        """A job spec reporting into this directory."""
-        return {**spec, "signal_dir": str(self.directory)}
-
-
-class HeadRecorder:
-    """Record every distinct HEAD a branch shows while the test runs (polled every 50 ms)."""
-
-    def __init__(self, repo: lakefs.Repository, branch: str) -> None:
-        self.repo = repo
-        self.branch = branch
-        self.heads: list[str] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heads-{branch}", daemon=True)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                head = self.repo.branch(self.branch).get_commit().id
-                if not self.heads or self.heads[-1] != head:
-                    self.heads.append(head)
-            except Exception as exc:  # recorded, and asserted empty by the test
-                self.errors.append(repr(exc))
-            if self._stop.wait(0.05):
-                return
-
-    def __enter__(self) -> HeadRecorder:
-        self._thread.start()
-        wait_for(f"the first HEAD of {self.branch}", lambda: self.heads or self.errors, 10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 def repository(lakefs_server: Any, name: str) -> lakefs.Repository:
-    return lakefs.Repository(name, client=lakefs_server.client())
-
-
-def record_of(repo: lakefs.Repository, ref: str) -> tuple[Any, LakeFenceRecord | None]:
-    """A commit and its lakefence record (``None`` for a commit lakefence did not write)."""
-    commit = repo.ref(ref).get_commit()
-    return commit, decode_metadata(commit.metadata)
-
-
-def history(repo: lakefs.Repository, ref: str, first_parent: bool) -> list[Any]:
-    """The commits reachable from ``ref``, newest first."""
-    return list(repo.ref(ref).log(first_parent=first_parent))
-
-
-def read_text(repo: lakefs.Repository, ref: str, path: str) -> str:
-    with repo.ref(ref).object(path).reader(mode="r", pre_sign=False) as fd:
-        return str(fd.read())
-
-
-def staging_branches(repo: lakefs.Repository) -> list[str]:
-    return [b.id for b in repo.branches(prefix="lakefence", show_hidden=True)]
-
-
-def gone(pid: int) -> bool:
-    """Whether a process has ended (a zombie counts as ended)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def task_processes(ti_id: str) -> list[psutil.Process]:
-    """The task process of a task instance: the Task SDK titles it ``airflow worker -- <ti id>``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
-        if ti_id in cmdline and not gone(proc.pid):
-            found.append(proc)
-    return found
-
-
-def timestamp(value: str) -> float:
-    return datetime.fromisoformat(value).timestamp()
-
-
-def xcom(api: AirflowAPI, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
-    body = api.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")
-    value = body["value"]
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    return tier_repository(lakefs_server.client(), name)
 
 
 # -- 1. clear a running fenced task mid-Spark ---------------------------------------------------
@@ -417,60 +311,8 @@ def test_backfill_publishes_once_per_run_in_logical_date_order(
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")
     started = time.monotonic()
     with HeadRecorder(repo, "main") as heads:
-        # Created while the DAG is paused, then switched on (the dialog's "unpause" choice): on SQLite
-        # the scheduler must not write the new runs while the api-server is still creating them.
-        backfill = api.create_backfill(
-            dag_id,
-            "2026-01-01T00:00:00Z",
-            "2026-01-05T00:00:00Z",
-            # All five runs may be active at once: the DAG itself must keep the publications in order.
-            max_active_runs=5,
-            # Airflow requires a reprocess behaviour for DAGs with depends_on_past tasks.
-            reprocess_behavior="failed",
-            dag_run_conf={"job": job},
-        )
-        FIGURES["backfill_create_lock_retries"] = api.backfill_lock_retries
-        api.unpause(dag_id)
-
-        def finished() -> list[dict[str, Any]] | None:
-            runs = api.dag_runs(dag_id)
-            if any(r["state"] == "failed" for r in runs):
-                return runs
-            return runs if len(runs) == 5 and all(r["state"] == "success" for r in runs) else None
-
-        runs = wait_for("the backfill's five runs to finish", finished, 300, interval=1)
+        runs = run_backfill(api, dag_id, job)
     FIGURES["backfill_5_runs_s"] = time.monotonic() - started
-    assert [r["state"] for r in runs] == ["success"] * 5, runs
-    assert all(r["run_type"] == "backfill" for r in runs)
-    assert [r["logical_date"][:10] for r in runs] == [f"2026-01-0{d}" for d in range(1, 6)]
-    assert api.backfill(backfill["id"])["dag_id"] == dag_id
-
-    # Linear: the first-parent history is the input and five merges, newest first, one per run in order.
-    first_parent = history(repo, "main", True)
-    assert [c.id for c in first_parent][-1] == base and len(first_parent) == 6
-    publications = list(reversed(first_parent[:-1]))
-    previous = base
-    for run, commit in zip(runs, publications, strict=True):
-        record = decode_metadata(commit.metadata)
-        assert record is not None and record.role == ROLE_PUBLISH
-        assert (record.attempt.key.run_id, record.attempt.try_number) == (run["dag_run_id"], 1)
-        assert record.input_ref == previous
-        assert commit.parents[0] == previous
-        assert commit.metadata["logical_date"][:10] == run["logical_date"][:10]
-        assert xcom(api, dag_id, run["dag_run_id"], "publish", "input_ref") == previous
-        assert xcom(api, dag_id, run["dag_run_id"], "publish", "output_ref") == commit.id
-        previous = commit.id
-    # One publication per run in the whole history, and the target never showed anything else.
-    all_publications = [
-        rec.attempt.key.run_id
-        for c in history(repo, "main", False)
-        if (rec := decode_metadata(c.metadata)) is not None and rec.role == ROLE_PUBLISH
-    ]
-    assert sorted(all_publications) == sorted(r["dag_run_id"] for r in runs)
-    assert not heads.errors
-    assert heads.heads == [base, *(c.id for c in publications)]
-    # Through the 1-slot pool: the fenced tries never overlapped, and ran in logical-date order.
-    windows = [api.task_instance(dag_id, r["dag_run_id"], "publish") for r in runs]
-    for earlier, later in itertools.pairwise(windows):
-        assert timestamp(earlier["end_date"]) <= timestamp(later["start_date"])
-    assert staging_branches(repo) == []
+    # Linear: the input and five merges, one per run in logical-date order, each on the previous one;
+    # through the 1-slot pool the fenced tries never overlapped.
+    assert_linear_backfill(api, repo, dag_id, runs, base, heads)

@@ -1,6 +1,10 @@
 """A full Airflow stack on loopback for end-to-end tests: api-server, scheduler, dag-processor, triggerer.
 
-:class:`AirflowStack` makes a throw-away ``AIRFLOW_HOME`` (SQLite, LocalExecutor), puts the given DAG
+The base of the real-scheduler tier (tests/scheduler) and the Celery tier (tests/celery, which adds
+Redis and Celery workers). :class:`AirflowStack` makes a throw-away ``AIRFLOW_HOME`` whose metadata
+database is a database of its own on PostgreSQL, as in production (the test process's throw-away
+cluster, :func:`airflow_lakefence.testing.postgres.shared_cluster`, unless given a URL), uses the
+LocalExecutor, puts the given DAG
 files into its dags folder, migrates the database, starts the four components as subprocesses on
 free loopback ports, waits until the health endpoint reports all of them healthy, and gives a
 small REST client (:class:`AirflowAPI`) that drives Airflow the way the UI does (``/api/v2``,
@@ -9,7 +13,7 @@ each component's process group, and then every process still carrying the stack'
 environment (task processes run in process groups of their own, Spark jobs below them).
 
 All component logs and task logs stay in the home directory; :meth:`AirflowStack.dump_logs`
-prints their tails (the tests call it when a test fails).
+prints their tails and PostgreSQL's (the tests call it when a test fails).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import IO, Any, TypeVar
 import httpx
 import psutil
 from cryptography.fernet import Fernet
+
+from airflow_lakefence.testing.postgres import PostgresCluster, shared_cluster
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Every process the stack starts carries this variable (value: the stack's id), so teardown finds
@@ -83,7 +89,6 @@ class AirflowAPI:
         self.http = httpx.Client(
             base_url=f"{base_url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=30
         )
-        self.backfill_lock_retries = 0
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -172,23 +177,9 @@ class AirflowAPI:
         self.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state})
 
     def create_backfill(self, dag_id: str, from_date: str, to_date: str, **options: Any) -> dict[str, Any]:
-        """Create a backfill (the "Backfill" dialog).
-
-        On SQLite, Airflow answers 503 "Database is locked" when another component wrote while the
-        runs were being created (it removes the partial backfill first); like a user clicking again,
-        this retries a few times. :attr:`backfill_lock_retries` counts the retries.
-        """
+        """Create a backfill (the "Backfill" dialog)."""
         body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date, **options}
-        for attempt in range(6):
-            response = self.http.post("/backfills", json=body)
-            if response.status_code == 503 and "locked" in response.text and attempt < 5:
-                self.backfill_lock_retries += 1
-                time.sleep(1)
-                continue
-            if response.status_code != 200:
-                raise StackError(f"POST /backfills -> {response.status_code}: {response.text[:2000]}")
-            break
-        return dict(response.json())
+        return dict(self.request("POST", "/backfills", json=body))
 
     def backfill(self, backfill_id: int) -> dict[str, Any]:
         """One backfill."""
@@ -248,7 +239,7 @@ class AirflowAPI:
 
 
 class AirflowStack:
-    """The four Airflow components on loopback, on SQLite with the LocalExecutor.
+    """The four Airflow components on loopback, on PostgreSQL with the LocalExecutor.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`.
 
@@ -259,6 +250,8 @@ class AirflowStack:
     :param parallelism: the executor's slots.
     :param extra_config: more ``AIRFLOW__SECTION__KEY`` settings for every component.
     :param boot_timeout: seconds for the components to report healthy.
+    :param database_url: the metadata database's SQLAlchemy URL (default: a new database in the
+        process's throw-away PostgreSQL cluster).
     """
 
     def __init__(
@@ -271,6 +264,7 @@ class AirflowStack:
         parallelism: int = 8,
         extra_config: Mapping[str, str] | None = None,
         boot_timeout: float = 120.0,
+        database_url: str | None = None,
     ) -> None:
         self.dag_files = [Path(f) for f in dag_files]
         self.connections = dict(connections or {})
@@ -281,6 +275,8 @@ class AirflowStack:
         self.extra_config = dict(extra_config or {})
         self.boot_timeout = boot_timeout
         self.stack_id = uuid.uuid4().hex
+        self.database_url = database_url
+        self.postgres: PostgresCluster | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.api: AirflowAPI | None = None
         #: seconds from the first component's start to all four healthy (``airflow db migrate`` excluded).
@@ -332,7 +328,7 @@ class AirflowStack:
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 # The simple auth manager then hands out admin tokens without a password (/auth/token).
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self._database_url(),
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self._port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
@@ -347,6 +343,14 @@ class AirflowStack:
             }
         )
         return env
+
+    def _database_url(self) -> str:
+        """The metadata database: a database of the stack's own in the throw-away PostgreSQL cluster."""
+        if self.database_url is None:
+            self.postgres = shared_cluster()
+            name = self.postgres.create_database(f"airflow_{self.stack_id[:16]}")
+            self.database_url = self.postgres.url(name, driver="postgresql+psycopg2")
+        return self.database_url
 
     def start(self) -> None:
         """Migrate the database, start the components, wait for health, create connections and pools.
@@ -495,7 +499,11 @@ class AirflowStack:
         return killed
 
     def dump_logs(self, tail: int = 80) -> None:
-        """Print the tail of every component log and task log (for a failing test's report)."""
+        """Print the tail of every component log, task log and PostgreSQL's log (for a failing test's report)."""
+        if self.postgres is not None:
+            lines = self.postgres.log_tail().splitlines()
+            print(f"\n===== PostgreSQL {self.postgres.log_path} (last {tail} lines) =====")
+            print("\n".join(lines[-tail:]))
         if not self.logs.exists():
             return
         print(f"\n===== Airflow home {self.home} =====")
