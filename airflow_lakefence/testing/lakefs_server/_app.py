@@ -35,6 +35,7 @@ from airflow_lakefence.testing.lakefs_server._http import (
 )
 from airflow_lakefence.testing.lakefs_server._render import diff_list, pagination
 from airflow_lakefence.testing.lakefs_server._store import Store
+from airflow_lakefence.testing.lakefs_server._ui import UIPages
 
 __all__ = ["RAW_HEADERS_KEY", "LakeFSApp"]
 
@@ -105,6 +106,7 @@ class LakeFSApp(ObjectsApi):
         self.store = store
         self._key = access_key_id
         self._secret = secret_access_key
+        self._ui = UIPages(store)
         self.url_map = Map([Rule(path, methods=[method], endpoint=op) for path, method, op in _ROUTES])
         self._handlers: dict[str, Callable[..., Response]] = {
             op: getattr(self, f"op_{op}") for _, _, op in _ROUTES
@@ -116,6 +118,8 @@ class LakeFSApp(ObjectsApi):
         request = Request(environ)
         if request.path.startswith("/_lakefence/"):
             response = self._control(request)
+        elif self._ui.serves(request.path):
+            response = self._ui(request)
         else:
             response = self._api(request, environ)
         response.status = go_status_line(response.status_code)
