@@ -56,13 +56,15 @@ _RECORD_LABELS = {
     "ti_id": "Task instance id",
     "input_ref": "Input commit",
     "staged_commit": "Staged commit",
+    # Written by the hard fence's merge (airflow_lakefence.core.hardfence), checked by its pre-merge hook.
+    "expected_head": "Target HEAD the merge expected",
     "version": "Record format",
 }
 _ROLES = {
     "publish": "publish: the merge of an attempt's staged commit into the target branch",
     "stage": "stage: the commit of an attempt's output on its staging branch",
 }
-_COMMIT_KEYS = frozenset({"input_ref", "staged_commit"})
+_COMMIT_KEYS = frozenset({"input_ref", "staged_commit", "expected_head"})
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:70em;color:#222}"
     "table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;padding:.25em .6em;"
@@ -280,7 +282,11 @@ class UIPages:
 
     def _commit(self, repository: str, commit_id: str, ref: str = "", path: str = "") -> Response:
         commit = self.store.get_commit(repository, commit_id)
-        parents = " ".join(_commit_link(repository, p) for p in commit.parents) or "none (the first commit)"
+        ordinals = ("first", "second")
+        parents = "<br>".join(
+            f"{ordinals[n] if n < len(ordinals) else n + 1}: {_commit_link(repository, p)}"
+            for n, p in enumerate(commit.parents)
+        ) or "none (the repository's first commit)"
         rows = [
             ("id", f"<code>{_e(commit.id)}</code>"),
             ("message", _e(commit.message)),
