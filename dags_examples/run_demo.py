@@ -326,6 +326,8 @@ def _task_story(dag_run: Any) -> list[str]:
                 )
             elif ti.task_id == "resolve_input":
                 what = f"pinned main at {str(mine.get('return_value'))[:12]}"
+            elif ti.task_id == "main_settled":
+                what = "main settled: its HEAD is no abandoned publication"
             elif ti.task_id == "report" and isinstance(mine.get("return_value"), dict):
                 counts = mine["return_value"]
                 what = f"read back {len(counts)} days, {sum(map(int, counts.values()))} events at the published commit"

@@ -2,8 +2,9 @@
 
 One demo serves the module (tests run in file order): its servers listen on loopback only, Airflow
 is prepared as the README says (connection, pool, the form's Test button, the DAG paused), and a
-headless Chromium switches the DAG on, triggers it, waits for the fenced task's success and opens
-its "lakeFS commit" extra link, which shows the published commit and its lakefence record.
+headless Chromium switches the DAG (and its asset consumer) on, triggers it, waits for the fenced
+task's success and opens its "lakeFS commit" extra link, which shows the published commit and its
+lakefence record; the consumer then runs on the publication's asset event.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.conftest import TIER_FIGURES_PROPERTY
 pytestmark = [pytest.mark.scheduler, pytest.mark.spark]
 
 LOOPBACK = {"127.0.0.1", "::1"}
+CONSUMER_ID = "lakefence_example_daily_counts_consumer"
 
 
 def _listening(demo: Demo) -> dict[int, str]:
@@ -56,14 +58,19 @@ def test_the_demo_prepares_airflow_as_the_readme_says(demo: Demo) -> None:
     body = {"connection_id": "lakefs_default", "conn_type": "lakefs"}
     tested = get_json(f"{demo.api}/connections/test", "POST", body)
     assert tested["status"] is True and tested["message"].startswith("Connected to lakeFS at http://127.0.0.1:")
-    assert get_json(f"{demo.api}/dags/{DAG_ID}")["is_paused"] is True  # new DAGs start paused: the README says so
+    # New DAGs start paused: the README says so.
+    assert get_json(f"{demo.api}/dags/{DAG_ID}")["is_paused"] is True
+    # The consumer's file may be parsed a moment after the producer's.
+    consumer = demo.wait_for("the consumer DAG in the UI", lambda: get_json(f"{demo.api}/dags/{CONSUMER_ID}"), 120)
+    assert consumer["is_paused"] is True
 
 
 @pytest.mark.browser
 def test_the_readmes_ui_path_in_a_browser(
     demo: Demo, chromium: object, record_property: Callable[[str, object], None]
 ) -> None:
-    """Switch the DAG on, Trigger, wait for the fenced task's success, open its "lakeFS commit" link."""
+    """Switch the DAGs on, Trigger, wait for the fenced task's success, open its "lakeFS commit" link; the
+    consumer DAG then runs on the publication's asset event and names the published commit."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support import expected_conditions as ec
@@ -72,12 +79,15 @@ def test_the_readmes_ui_path_in_a_browser(
     assert isinstance(chromium, WebDriver)
     started = time.monotonic()
     wait = WebDriverWait(chromium, 60)
-    chromium.get(f"{demo.ui}/dags/{DAG_ID}")
-    switch = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=toggle-pause]")))
-    assert switch.get_attribute("data-state") == "unchecked"
-    switch.click()
-    wait.until(lambda _: switch.get_attribute("data-state") == "checked")
-    demo.wait_for("the DAG to be switched on", lambda: not get_json(f"{demo.api}/dags/{DAG_ID}")["is_paused"], 60)
+    # The consumer first (Airflow queues asset events only for DAGs that are on), then the producer.
+    for dag_id in (CONSUMER_ID, DAG_ID):
+        chromium.get(f"{demo.ui}/dags/{dag_id}")
+        switch = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=toggle-pause]")))
+        assert switch.get_attribute("data-state") == "unchecked"
+        switch.click()
+        wait.until(lambda _, switch=switch: switch.get_attribute("data-state") == "checked")
+        dag_url = f"{demo.api}/dags/{dag_id}"
+        demo.wait_for(f"{dag_id} to be on", lambda dag_url=dag_url: not get_json(dag_url)["is_paused"], 60)
 
     wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
     confirm = (By.XPATH, "//*[@role='dialog']//button[normalize-space()='Trigger']")
@@ -91,12 +101,16 @@ def test_the_readmes_ui_path_in_a_browser(
     # The task's page, Details tab (where the README points): it refreshes itself while the task runs.
     chromium.get(f"{demo.ui}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}/tasks/daily_counts/details")
     task_state = f"{run_url}/taskInstances/daily_counts"
-    state = demo.wait_for(
-        "the fenced task to finish",
-        lambda: (s := get_json(task_state)["state"]) in ("success", "failed", "upstream_failed") and s,
-        900,
-    )
-    assert state == "success", demo.failure_report()
+    # While the run goes on, every listener of the demo's processes (the task's Spark driver too).
+    seen: dict[int, str] = {}
+
+    def finished() -> str | None:
+        seen.update(_listening(demo))
+        state = get_json(task_state)["state"]
+        return state if state in ("success", "failed", "upstream_failed") else None
+
+    assert demo.wait_for("the fenced task to finish", finished, 900) == "success", demo.failure_report()
+    assert set(seen.values()) <= LOOPBACK, seen
     link = WebDriverWait(chromium, 120).until(
         ec.element_to_be_clickable((By.XPATH, "//a[normalize-space()='lakeFS commit']"))
     )
@@ -128,6 +142,18 @@ def test_the_readmes_ui_path_in_a_browser(
         "success"
     ), demo.failure_report()
     assert set(_listening(demo).values()) <= LOOPBACK
+
+    # The publication's asset event ran the consumer, which names the exact commit.
+    consumer_runs = f"{demo.api}/dags/{CONSUMER_ID}/dagRuns"
+    consumed = demo.wait_for(
+        "the consumer's run",
+        lambda: [r for r in get_json(consumer_runs)["dag_runs"] if r["state"] in ("success", "failed")],
+        300,
+    )
+    assert [r["state"] for r in consumed] == ["success"], demo.failure_report()
+    consumer_run = f"{consumer_runs}/{urllib.parse.quote(consumed[0]['dag_run_id'], safe='')}"
+    commits = get_json(f"{consumer_run}/taskInstances/published_commits/xcomEntries/return_value")["value"]
+    assert commits == [output_ref]
     figures = {
         "ui_lists_dag_s": demo.listed - demo.started,
         "trigger_to_link_s": succeeded - triggered,

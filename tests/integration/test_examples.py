@@ -104,6 +104,17 @@ def test_example_dag_publishes_with_real_pyspark(
     assert attempt < submit < only(task_log, f"wrote 7 days from input commit {input_commit}") < summary
     assert f"lakeFS commit: {values['_link_LakeFSCommitLink']}" in task_log[summary + 1]
 
+    # What `tox -e demo` prints of such a run: one line per task, in the order they ran.
+    story = _demo_module()._task_story(dr)
+    assert [line.split()[:2] for line in story] == [
+        [task, "success"] for task in ("resolve_input", "daily_counts", "main_settled", "report")
+    ], story
+    assert story[0].endswith(f"pinned main at {input_commit[:12]}")
+    assert story[1].endswith(
+        f"decision merge: published {head.id[:12]} (staged {values['staged_commit'][:12]}) on main, try 1"
+    )
+    assert story[3].endswith("read back 7 days, 2000 events at the published commit")
+
     # The publication emitted one asset event naming the exact commit, which queues the consumer DAG.
     from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
     from airflow.utils.session import create_session
