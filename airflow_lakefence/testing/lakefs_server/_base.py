@@ -43,6 +43,7 @@ class StoreBase:
         self._pool_lock = threading.Lock()
         self._stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
+        self._uncounted = threading.local()
         with self._connection() as conn:
             conn.executescript(SCHEMA)
 
@@ -54,8 +55,21 @@ class StoreBase:
         :param name: counter name.
         :param amount: how much to add.
         """
+        if getattr(self._uncounted, "active", False):
+            return
         with self._stats_lock:
             self._stats[name] += amount
+
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Read without adding to the internal counters (in this thread): a page of the read-only UI
+        is not an API call, and must not change what a test measures of the API."""
+        previous = getattr(self._uncounted, "active", False)
+        self._uncounted.active = True
+        try:
+            yield
+        finally:
+            self._uncounted.active = previous
 
     def stats(self) -> dict[str, int]:
         """Return the internal counters."""
