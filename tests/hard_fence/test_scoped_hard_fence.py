@@ -1,0 +1,220 @@
+"""The hard fence v2, scoped to prefixes, inside lakeFS (both backends).
+
+A scoped merge names its expected base and its scope prefixes in its metadata
+(:func:`~airflow_lakefence.core.hardfence.scoped_merge_metadata`); the shipped Lua hook asks lakeFS,
+inside the retried branch update, whether anything under a prefix changed since the base
+(``require("lakefs").diff_refs``) and refuses the merge (412) when it did. The merges here are sent
+through the product's adapter (so its 412 translation is exercised); the scenarios are built with
+the ``lakefs`` SDK directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import lakefs
+import pytest
+
+from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
+from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
+from tests.hard_fence.conftest import CountingClient
+from tests.hard_fence.helpers import commit_on, head, stage
+
+pytestmark = [pytest.mark.hard_fence, pytest.mark.scoped]
+
+
+def _objects(repo: lakefs.Repository, ref: str, prefix: str) -> dict[str, bytes]:
+    return {o.path: repo.ref(ref).object(o.path).reader().read() for o in repo.ref(ref).objects(prefix=prefix)}
+
+
+def _merge(adapter: CountingClient, repo: str, staged: str, base: str, prefixes: Sequence[str]) -> str:
+    return adapter.merge(repo, staged, "main", "scoped publish", hf.scoped_merge_metadata(base, prefixes))
+
+
+def _install_v1(repo: lakefs.Repository) -> str:
+    return commit_on(repo, "main", {hf.ACTION_PATH: hf.render_action_bytes(1)}, "install the hard fence v1")
+
+
+def test_a_scoped_merge_lands_on_a_moved_target_when_its_scope_is_untouched(
+    fenced_repo: lakefs.Repository, adapter: CountingClient
+) -> None:
+    base = head(fenced_repo)
+    staged = stage(fenced_repo, base, {"tables/t/date=1/part-0": b"one"})
+    other = commit_on(fenced_repo, "main", {"tables/t/date=2/part-0": b"two", "tables/u/x": b"u"})
+    merge = _merge(adapter, fenced_repo.id, staged, base, ["tables/t/date=1/", "tables/t/date=0/"])
+    commit = fenced_repo.commit(merge).get_commit()
+    assert list(commit.parents) == [other, staged]
+    assert _objects(fenced_repo, "main", "tables/t/") == {
+        "tables/t/date=1/part-0": b"one",
+        "tables/t/date=2/part-0": b"two",
+    }
+
+
+@pytest.mark.parametrize("where", ["write", "read"])
+def test_a_scoped_merge_is_refused_when_a_commit_since_the_base_touched_its_scope(
+    fenced_repo: lakefs.Repository, adapter: CountingClient, where: str
+) -> None:
+    # Prefixes may hold any character: the metadata holds one prefix per key, the hook's message
+    # percent-encodes them.
+    write, read = "tables/t/k=a b,c%/", "dims/d=x,y/"
+    base = head(fenced_repo)
+    staged = stage(fenced_repo, base, {f"{write}part-0": b"mine"})
+    touched = f"{write if where == 'write' else read}from other writer"
+    foreign = commit_on(fenced_repo, "main", {touched: b"theirs"})
+    with pytest.raises(LakeFSHardFenceRejectedError) as info:
+        _merge(adapter, fenced_repo.id, staged, base, [write, read])
+    assert info.value.status == 412
+    rejection = hf.classify_rejection(str(info.value))
+    assert (rejection.version, rejection.scoped) == (hf.HARD_FENCE_VERSION, True)
+    assert rejection.scope_prefix == (write if where == "write" else read)
+    assert (rejection.path, rejection.expected_head, rejection.found_head) == (touched, base, foreign)
+    text = hf.explain_scoped_rejection(rejection, target="main")
+    assert touched in text and foreign in text
+    assert head(fenced_repo) == foreign
+    assert _objects(fenced_repo, "main", write) == ({} if where == "read" else {touched: b"theirs"})
+
+
+def _run_together(calls: Sequence[Callable[[], str]]) -> list[str | BaseException]:
+    results: list[str | BaseException] = [RuntimeError("not run")] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def run(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def test_eight_concurrent_scoped_merges_of_disjoint_prefixes_all_land(
+    fenced_repo: lakefs.Repository, adapter: CountingClient
+) -> None:
+    base = head(fenced_repo)
+    outputs = {
+        f"tables/t/date=2026-01-{day:02d}/": {f"tables/t/date=2026-01-{day:02d}/part-0": f"day {day}".encode()}
+        for day in range(1, 9)
+    }
+    staged = {prefix: stage(fenced_repo, base, files) for prefix, files in outputs.items()}
+
+    def merge(prefix: str) -> Callable[[], str]:
+        def call() -> str:
+            # lakeFS gives up on a branch update after its own retries (429); the merge did not happen,
+            # so sending it again is safe. Counted: the test reports it rather than hiding it.
+            for _ in range(5):
+                try:
+                    return _merge(adapter, fenced_repo.id, staged[prefix], base, [prefix])
+                except LakeFSUnavailableError as exc:
+                    if exc.status != 429:
+                        raise
+            raise AssertionError("lakeFS answered 429 five times")
+
+        return call
+
+    results = _run_together([merge(prefix) for prefix in outputs])
+    assert all(isinstance(r, str) for r in results), results
+    for prefix, files in outputs.items():
+        assert _objects(fenced_repo, "main", prefix) == files
+    # Eight merge commits stacked on the base, one per publication, each with its own scope.
+    log = list(fenced_repo.ref("main").log(max_amount=9, first_parent=True))
+    assert {c.id for c in log[:8]} == set(results)
+    assert log[8].id == base
+    assert sorted(hf.scope_of(c.metadata) or () for c in log[:8]) == [(p,) for p in sorted(outputs)]
+
+
+def test_four_concurrent_scoped_merges_of_one_prefix_exactly_one_lands(
+    fenced_repo: lakefs.Repository, adapter: CountingClient
+) -> None:
+    base = head(fenced_repo)
+    prefix = "tables/t/date=2026-01-01/"
+    staged = [stage(fenced_repo, base, {f"{prefix}part-{i}": f"writer {i}".encode()}) for i in range(4)]
+    results = _run_together([lambda s=s: _merge(adapter, fenced_repo.id, s, base, [prefix]) for s in staged])
+    landed = [i for i, r in enumerate(results) if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, LakeFSHardFenceRejectedError)]
+    assert len(landed) == 1 and len(refused) == 3, results
+    for rejection in map(hf.classify_rejection, map(str, refused)):
+        assert (rejection.scoped, rejection.scope_prefix, rejection.expected_head) == (True, prefix, base)
+    [winner] = landed
+    assert head(fenced_repo) == results[winner]
+    assert _objects(fenced_repo, "main", prefix) == {f"{prefix}part-{winner}": f"writer {winner}".encode()}
+
+
+def test_an_unscoped_merge_under_v2_behaves_as_v1(fenced_repo: lakefs.Repository, adapter: CountingClient) -> None:
+    base = head(fenced_repo)
+    staged = stage(fenced_repo, base, {"tables/t/part-0": b"x"})
+    moved = commit_on(fenced_repo, "main", {"elsewhere/y": b"y"})
+    with pytest.raises(LakeFSHardFenceRejectedError) as info:
+        adapter.merge(fenced_repo.id, staged, "main", "publish", hf.expected_head_metadata(base))
+    assert (info.value.found_head, info.value.expected_head) == (moved, base)
+    assert hf.classify_rejection(str(info.value)).version == hf.HARD_FENCE_VERSION
+    merge = adapter.merge(fenced_repo.id, staged, "main", "publish", hf.expected_head_metadata(moved))
+    assert fenced_repo.commit(merge).get_commit().parents[0] == moved
+    # A merge naming no expected head passes untouched.
+    plain = stage(fenced_repo, merge, {"other/z": b"z"})
+    adapter.merge(fenced_repo.id, plain, "main", "not ours", {})
+    assert head(fenced_repo) != merge
+
+
+def test_v1_keeps_fencing_branch_wide_merges_and_refuses_scoped_ones_with_an_upgrade_message(
+    lakefs_repo: lakefs.Repository, adapter: CountingClient
+) -> None:
+    main = lakefs_repo.branch("main")
+    main.object("data/seed").upload(b"seed")
+    main.commit("seed")
+    base = _install_v1(lakefs_repo)
+    check = hf.check_ref(adapter, lakefs_repo.id, base)
+    assert (check.status, check.installed_version, check.enforced, check.scoped) == (
+        hf.FenceStatus.OUTDATED,
+        1,
+        True,
+        False,
+    )
+    assert check.refusal(scoped=False) is None
+    assert hf.INSTALL_COMMAND in (check.refusal(scoped=True) or "")
+    prefix = "tables/t/date=1/"
+    staged = stage(lakefs_repo, base, {f"{prefix}part-0": b"mine"})
+    moved = commit_on(lakefs_repo, "main", {"tables/t/date=2/part-0": b"disjoint"})
+    # v1 knows no scope: a scoped merge onto a moved target fails closed even though the scope is untouched.
+    with pytest.raises(LakeFSHardFenceRejectedError) as info:
+        _merge(adapter, lakefs_repo.id, staged, base, [prefix])
+    rejection = hf.classify_rejection(str(info.value))
+    assert (rejection.version, rejection.scoped, rejection.found_head) == (1, False, moved)
+    assert hf.INSTALL_COMMAND in hf.explain_scoped_rejection(rejection, target="main")
+    # Branch-wide merges are still fenced by v1.
+    with pytest.raises(LakeFSHardFenceRejectedError):
+        adapter.merge(lakefs_repo.id, staged, "main", "publish", hf.expected_head_metadata(base))
+    assert head(lakefs_repo) == moved
+    # The upgrade is a merge; afterwards the same scoped publication (rebuilt on the new head) lands.
+    result = install_hard_fence(adapter, lakefs_repo.id, "main")
+    assert result.installed and result.before.status is hf.FenceStatus.OUTDATED
+    assert hf.check_ref(adapter, lakefs_repo.id, result.head).scoped
+    staged2 = stage(lakefs_repo, result.head, {f"{prefix}part-0": b"mine"})
+    commit_on(lakefs_repo, "main", {"tables/t/date=3/part-0": b"disjoint"})
+    _merge(adapter, lakefs_repo.id, staged2, result.head, [prefix])
+    assert _objects(lakefs_repo, "main", prefix) == {f"{prefix}part-0": b"mine"}
+
+
+def test_probe_proves_the_scoped_rule_runs(fenced_repo: lakefs.Repository, adapter: CountingClient) -> None:
+    before = head(fenced_repo)
+    probe = probe_hard_fence(adapter, fenced_repo.id, "main")
+    assert (probe.enforced, probe.scoped) == (True, True), probe.message
+    assert head(fenced_repo) == before
+    assert not [b for b in fenced_repo.branches(prefix="lakefence-hardfence")]
+
+
+def test_probe_on_v1_says_scoped_merges_are_not_fenced(lakefs_repo: lakefs.Repository, adapter: CountingClient) -> None:
+    main = lakefs_repo.branch("main")
+    main.object("data/seed").upload(b"seed")
+    main.commit("seed")
+    _install_v1(lakefs_repo)
+    probe = probe_hard_fence(adapter, lakefs_repo.id, "main")
+    assert (probe.enforced, probe.scoped) == (True, False)
+    assert hf.INSTALL_COMMAND in probe.message
