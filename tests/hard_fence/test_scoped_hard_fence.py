@@ -14,7 +14,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 import lakefs
+import lakefs_sdk
 import pytest
+from lakefs_sdk.exceptions import ApiException
 
 from airflow_lakefence.core import hardfence as hf
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
@@ -218,3 +220,57 @@ def test_probe_on_v1_says_scoped_merges_are_not_fenced(lakefs_repo: lakefs.Repos
     probe = probe_hard_fence(adapter, lakefs_repo.id, "main")
     assert (probe.enforced, probe.scoped) == (True, False)
     assert hf.INSTALL_COMMAND in probe.message
+
+
+# What the scoped hook relies on, answered alike by both backends: ``diff_refs`` with the argument
+# order of lakeFS's Lua module (repo, left, right, after, prefix, delimiter, amount), three-dot, and
+# a string library without Lua patterns (lakeFS runs go-lua).
+_CONFORMANCE = r"""
+local lakefs = require("lakefs")
+local repo, base, head = action.repository_id, action.commit.metadata["base"], action.commit.parents[1]
+local out = {}
+local function show(label, status, body)
+  local paths = {}
+  for _, d in ipairs(body.results) do table.insert(paths, d.type .. ":" .. d.path) end
+  table.insert(out, label .. " " .. status .. " " .. tostring(body.pagination.has_more) .. " " .. table.concat(paths, ","))
+end
+show("ONE", lakefs.diff_refs(repo, base, head, "", "t/a/", "", 1))
+show("ALL", lakefs.diff_refs(repo, base, head, "", "t/", "", 10))
+show("AFTER", lakefs.diff_refs(repo, base, head, "t/a/\244\143\191\191", "t/", "", 10))
+show("NONE", lakefs.diff_refs(repo, base, head, "", "t/c/", "", 1))
+show("BACK", lakefs.diff_refs(repo, head, base, "", "t/", "", 10))
+table.insert(out, "GSUB " .. type(string.gsub) .. " MATCH " .. type(string.match))
+table.insert(out, "FIND " .. tostring(string.find("a.b", ".", 1, true)) .. " FMT " .. string.format("%%%02X", 32))
+error("CONF|" .. table.concat(out, "|") .. "|END", 0)
+"""
+
+
+def test_the_hooks_lakefs_module_and_string_library_answer_alike(
+    lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client
+) -> None:
+    main = lakefs_repo.branch("main")
+    base = commit_on(lakefs_repo, "main", {"t/a/0": b"0", "t/b/0": b"0"}, "seed")
+    commit_on(lakefs_repo, "main", {"t/a/1": b"1", "t/a/2": b"2", "t/b/1": b"1", "u/x": b"x"}, "moves")
+    body = "".join(f"        {line}\n" for line in _CONFORMANCE.strip().splitlines())
+    action = (
+        "name: conformance\non:\n  pre-merge:\n    branches: [main]\nhooks:\n  - id: conformance\n    type: lua\n"
+        f"    properties:\n      script: |\n{body}"
+    ).encode()
+    staged = stage(lakefs_repo, base, {"_lakefs_actions/conformance.yaml": action})
+    with pytest.raises(ApiException) as info:  # the hook always fails: its message carries the answers
+        lakefs_client.sdk_client.refs_api.merge_into_branch(
+            lakefs_repo.id, staged, "main", merge=lakefs_sdk.Merge(metadata={"base": base})
+        )
+    assert info.value.status == 412
+    message = str(info.value.body)
+    answers = message.split("CONF|", 1)[1].split("|END", 1)[0].split("|")
+    assert answers == [
+        "ONE 200 true added:t/a/1",
+        "ALL 200 false added:t/a/1,added:t/a/2,added:t/b/1",
+        "AFTER 200 false added:t/b/1",
+        "NONE 200 false ",
+        "BACK 200 false ",
+        "GSUB nil MATCH nil",
+        "FIND 2 FMT %20",
+    ]
+    assert main.get_commit().message == "moves"
