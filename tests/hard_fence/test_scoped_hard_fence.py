@@ -232,7 +232,8 @@ local out = {}
 local function show(label, status, body)
   local paths = {}
   for _, d in ipairs(body.results) do table.insert(paths, d.type .. ":" .. d.path) end
-  table.insert(out, label .. " " .. status .. " " .. tostring(body.pagination.has_more) .. " " .. table.concat(paths, ","))
+  local more = tostring(body.pagination.has_more)
+  table.insert(out, label .. " " .. status .. " " .. more .. " " .. table.concat(paths, ","))
 end
 show("ONE", lakefs.diff_refs(repo, base, head, "", "t/a/", "", 1))
 show("ALL", lakefs.diff_refs(repo, base, head, "", "t/", "", 10))
