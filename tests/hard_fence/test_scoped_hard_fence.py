@@ -10,8 +10,10 @@ the ``lakefs`` SDK directly.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import lakefs
 import lakefs_sdk
@@ -21,6 +23,8 @@ from lakefs_sdk.exceptions import ApiException
 from airflow_lakefence.core import hardfence as hf
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
+from airflow_lakefence.hardfence.__main__ import main as cli_main
+from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, stage
 
@@ -275,3 +279,39 @@ def test_the_hooks_lakefs_module_and_string_library_answer_alike(
         "FIND 2 FMT %20",
     ]
     assert main.get_commit().message == "moves"
+
+
+def test_command_line_reports_v1_and_upgrades_it_to_the_scoped_fence(
+    lakefs_server: LakeFSServerInfo,
+    lakefs_repo: lakefs.Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LAKECTL_SERVER_ENDPOINT_URL", lakefs_server.url)
+    monkeypatch.setenv("LAKECTL_CREDENTIALS_ACCESS_KEY_ID", lakefs_server.access_key_id)
+    monkeypatch.setenv("LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY", lakefs_server.secret_access_key)
+
+    def cli(*args: str) -> tuple[int, dict[str, Any]]:
+        code = cli_main([*args, "--repository", lakefs_repo.id, "--branch", "main", "--from-env", "--json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    main = lakefs_repo.branch("main")
+    main.object("data/seed").upload(b"seed")
+    main.commit("seed")
+    _install_v1(lakefs_repo)
+    code, out = cli("check")
+    assert (code, out["status"], out["installed_version"], out["branch_wide"], out["scoped"]) == (
+        1,
+        "outdated",
+        1,
+        True,
+        False,
+    )
+    code_text = cli_main(["check", "--repository", lakefs_repo.id, "--branch", "main", "--from-env"])
+    text = capsys.readouterr()
+    assert code_text == 1 and hf.INSTALL_COMMAND in text.err and "branch-wide" in text.err
+    code, out = cli("install")
+    assert (code, out["installed"], out["status_before"]) == (0, True, "outdated")
+    code, out = cli("check", "--probe")
+    assert (code, out["status"], out["scoped"]) == (0, "ok", True)
+    assert (out["probe_enforced"], out["probe_scoped"]) == (True, True)
