@@ -118,7 +118,7 @@ if count == nil or count == "" then
   error(marker .. " moved to " .. tostring(first) .. ", expected head " .. expected, 0)
 end
 local n = tonumber(count)
-if n == nil or n < 1 or n > {MAX_SCOPE_PREFIXES} or n ~= math.floor(n) then
+if n == nil or n ~= math.floor(n) or not (n >= 1 and n <= {MAX_SCOPE_PREFIXES}) then
   error(marker .. " scope malformed: {SCOPE_COUNT_KEY} is " .. count, 0)
 end
 -- lakeFS's Lua (go-lua) has no gsub/match: encode byte by byte, with a plain find.

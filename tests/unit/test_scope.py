@@ -280,3 +280,90 @@ def test_describe_conflict_names_path_commit_task_and_what_to_do() -> None:
 def test_verify_after_merge(first_parent: str, recheck: tuple[str, ...]) -> None:
     scope = Scope(("t/a/",), ("d/",))
     assert verify_after_merge(scope, merge_first_parent=first_parent, probed_head=H, input_ref=I) == recheck
+
+
+# -- the shipped hook's scoped rule, in a Lua interpreter restricted as lakeFS's ------------------
+
+
+def run_v2(metadata: dict[str, str], first_parent: str, diffs: dict[str, tuple[int, list[str]]]) -> str | None:
+    """Run the shipped hook with a fake ``lakefs`` module answering ``diffs[prefix]``; the error text or ``None``."""
+    lupa = pytest.importorskip("lupa")
+    from airflow_lakefence.testing.lakefs_server._actions import _GO_LUA_PRELUDE
+
+    lua = lupa.LuaRuntime(unpack_returned_tuples=True)
+    lua.execute(_GO_LUA_PRELUDE)
+    calls: list[tuple[object, ...]] = []
+
+    def diff_refs(*args: object) -> tuple[int, object]:
+        calls.append(args)
+        status, paths = diffs.get(str(args[4]), (200, []))
+        results = lua.table_from([lua.table_from({"path": p, "type": "added"}) for p in paths])
+        return status, lua.table_from({"results": results})
+
+    lua.globals().package.loaded.lakefs = lua.table_from({"diff_refs": diff_refs})
+    lua.globals().action = lua.table_from(
+        {
+            "repository_id": "repo",
+            "branch_id": "main",
+            "commit": lua.table_from(
+                {"metadata": lua.table_from(metadata), "parents": lua.table_from([first_parent, "src"])}
+            ),
+        }
+    )
+    ok, err = lua.eval("function(code) local ok, err = pcall(load(code)); return ok, err end")(hf.lua_script())
+    run_v2.calls = calls  # type: ignore[attr-defined]
+    return None if ok else str(err)
+
+
+def test_v2_asks_one_diff_per_prefix_with_lakefs_argument_order() -> None:
+    metadata = hf.scoped_merge_metadata(I, ["t/a/", "d/x=1,y/"])
+    assert run_v2(metadata, H, {}) is None
+    assert run_v2.calls == [  # type: ignore[attr-defined]
+        ("repo", I, H, "", "t/a/", "", 1),
+        ("repo", I, H, "", "d/x=1,y/", "", 1),
+    ]
+    assert run_v2(metadata, I, {}) is None and run_v2.calls == []  # type: ignore[attr-defined]
+
+
+def test_v2_refuses_a_touched_scope_with_a_parsable_encoded_message() -> None:
+    prefix, path = "t/k=a b,c%/", "t/k=a b,c%/part 0'\"\n"
+    error = run_v2(hf.scoped_merge_metadata(I, ["d/", prefix]), H, {prefix: (200, [path])})
+    assert error is not None and " " not in error.split(" scope ", 1)[1].split(" ", 1)[0]
+    rejection = hf.classify_rejection(error)
+    assert (rejection.kind, rejection.version, rejection.scope_prefix, rejection.path) == (
+        hf.RejectionKind.HARD_FENCE,
+        hf.HARD_FENCE_VERSION,
+        prefix,
+        path,
+    )
+    assert (rejection.expected_head, rejection.found_head) == (I, H)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "diffs", "needle"),
+    [
+        ({hf.EXPECTED_HEAD_KEY: I, hf.SCOPE_COUNT_KEY: "0"}, {}, "scope malformed"),
+        ({hf.EXPECTED_HEAD_KEY: I, hf.SCOPE_COUNT_KEY: "65"}, {}, "scope malformed"),
+        ({hf.EXPECTED_HEAD_KEY: I, hf.SCOPE_COUNT_KEY: "1.5"}, {}, "scope malformed"),
+        ({hf.EXPECTED_HEAD_KEY: I, hf.SCOPE_COUNT_KEY: "x"}, {}, "scope malformed"),
+        (
+            {hf.EXPECTED_HEAD_KEY: I, hf.SCOPE_COUNT_KEY: "2", f"{hf.SCOPE_KEY_PREFIX}1": "a/"},
+            {},
+            "no lakefence.scope.2",
+        ),
+        (hf.scoped_merge_metadata(I, ["a/"]), {"a/": (404, [])}, "not checked"),
+    ],
+)
+def test_v2_refuses_malformed_scopes_and_unanswered_diffs(
+    metadata: dict[str, str], diffs: dict[str, tuple[int, list[str]]], needle: str
+) -> None:
+    error = run_v2(metadata, H, diffs)
+    assert error is not None and needle in error
+    assert hf.classify_rejection(error).kind is hf.RejectionKind.HARD_FENCE
+
+
+def test_the_docs_show_the_shipped_hook() -> None:
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "hard-fence.md"
+    assert hf.lua_script() in docs.read_text()
