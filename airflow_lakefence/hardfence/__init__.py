@@ -38,7 +38,7 @@ from airflow_lakefence.core.hardfence import (
     render_action_bytes,
     scoped_merge_metadata,
 )
-from airflow_lakefence.exceptions import LakeFenceError, LakeFSPreconditionFailedError
+from airflow_lakefence.exceptions import LakeFenceError, LakeFSHardFenceRejectedError, LakeFSPreconditionFailedError
 from airflow_lakefence.lakefs_client import LakeFSClient
 
 __all__ = [
@@ -209,10 +209,10 @@ def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> Prob
         message = "lakefence hard fence probe"
         try:
             merge = client.merge(repository, staged.id, destination, message, {EXPECTED_HEAD_KEY: _PROBE_HEAD})
+        except LakeFSHardFenceRejectedError:
+            pass
         except LakeFSPreconditionFailedError as exc:
-            rejection = classify_rejection(str(exc))
-            if rejection.kind is not RejectionKind.HARD_FENCE:
-                return ProbeResult(False, f"a pre-merge hook other than the hard fence rejected the probe: {exc}")
+            return ProbeResult(False, f"a pre-merge hook other than the hard fence rejected the probe: {exc}")
         else:
             return ProbeResult(
                 False, f"lakeFS accepted a merge naming a wrong expected head ({merge}): the fence does not run"
@@ -224,12 +224,8 @@ def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> Prob
         try:
             scoped = scoped_merge_metadata(base, [PROBE_PREFIX])
             merge = client.merge(repository, staged.id, destination, message, scoped)
-        except LakeFSPreconditionFailedError as exc:
+        except LakeFSHardFenceRejectedError as exc:
             rejection = classify_rejection(str(exc))
-            if rejection.kind is not RejectionKind.HARD_FENCE:
-                return ProbeResult(
-                    True, f"{branch_wide}; a pre-merge hook other than the hard fence rejected the scoped probe: {exc}"
-                )
             refused = str(exc)
             if not rejection.scoped:
                 return ProbeResult(
@@ -237,6 +233,10 @@ def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> Prob
                     f"{branch_wide}; the fence that ran is version {rejection.version}, which refuses every scoped "
                     f"merge onto a moved target: upgrade it with `{INSTALL_COMMAND}`",
                 )
+        except LakeFSPreconditionFailedError as exc:
+            return ProbeResult(
+                True, f"{branch_wide}; a pre-merge hook other than the hard fence rejected the scoped probe: {exc}"
+            )
         else:
             return ProbeResult(True, f"{branch_wide}; lakeFS accepted a scoped merge whose scope changed ({merge})")
         try:
