@@ -21,6 +21,19 @@ import pytest
 from lakefs_sdk.exceptions import ApiException
 
 from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.scope import (
+    OWN_HISTORY_PAGE,
+    Scope,
+    ScopedAction,
+    ScopedDecision,
+    ScopeScan,
+    decide_own_history,
+    describe_conflict,
+    scoped_revert_metadata,
+)
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
 from airflow_lakefence.hardfence.__main__ import main as cli_main
@@ -315,3 +328,112 @@ def test_command_line_reports_v1_and_upgrades_it_to_the_scoped_fence(
     code, out = cli("check", "--probe")
     assert (code, out["status"], out["scoped"]) == (0, "ok", True)
     assert (out["probe_enforced"], out["probe_scoped"]) == (True, True)
+
+
+# -- the pure scope core against lakeFS's own answers ------------------------------------------------
+
+KEY = PublicationKey("daily", "scheduled__2026-01-01", "counts")
+
+
+def _stage_as(repo: lakefs.Repository, base: str, attempt: AttemptId, input_ref: str, files: dict[str, bytes]) -> str:
+    branch = repo.branch(f"stage-{attempt.key.task_id}-{attempt.try_number}-{attempt.ti_id}").create(base, hidden=True)
+    for path, data in files.items():
+        branch.object(path).upload(data)
+    metadata = encode_metadata(LakefenceRecord(attempt, ROLE_STAGE, input_ref))
+    return str(branch.commit("stage", metadata=metadata).get_commit().id)
+
+
+def _publish(adapter: CountingClient, repo: str, staged: str, attempt: AttemptId, input_ref: str, scope: Scope) -> str:
+    record = encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_ref, staged))
+    return adapter.merge(repo, staged, "main", "publish", {**record, **scope.merge_metadata(input_ref)})
+
+
+def _scan(
+    client: lakefs.Client, repo: str, scope: Scope, head_id: str, input_ref: str, changed: bool
+) -> ScopedDecision:
+    scan = ScopeScan(scope, head_id, input_ref)
+    while (query := scan.next_query()) is not None:
+        page = client.sdk_client.refs_api.diff_refs(
+            repo, input_ref, head_id, prefix=query.prefix, after=query.after, amount=1, type="three_dot"
+        )
+        first = page.results[0] if page.results else None
+        scan.record(query, None if first is None else first.path, "" if first is None else first.type)
+    assert scan.calls <= len(scope.fenced) + len(scope.write)
+    return scan.decide(changed=changed)
+
+
+def _log(client: lakefs.Client, repo: str, ref: str, **filters: Any) -> list[CommitInfo]:
+    page = client.sdk_client.refs_api.log_commits(repo, ref, limit=True, **filters)
+    return [CommitInfo(c.id, tuple(c.parents), dict(c.metadata or {}), message=c.message) for c in page.results]
+
+
+def test_the_scope_core_decides_on_lakefs_answers(
+    fenced_repo: lakefs.Repository, adapter: CountingClient, lakefs_client: lakefs.Client
+) -> None:
+    repo = fenced_repo.id
+    scope = Scope(("tables/t/date=1/",), ("dims/d/",))
+    write = scope.write[0]
+    base = commit_on(fenced_repo, "main", {"dims/d/v": b"1", f"{write}old": b"seed"}, "input")
+    try1, try2, try3 = (AttemptId(KEY, n, f"ti-{n}") for n in (1, 2, 3))
+    # Try 1 publishes and dies; another writer publishes a disjoint partition on top.
+    c1 = _stage_as(fenced_repo, base, try1, base, {f"{write}part-0": b"try 1"})
+    _publish(adapter, repo, c1, try1, base, scope)
+    other = Scope(("tables/t/date=2/",))
+    other_try = AttemptId(PublicationKey("daily", "scheduled__2026-01-02", "counts"), 1, "o")
+    o1 = _stage_as(fenced_repo, base, other_try, base, {"tables/t/date=2/x": b"2"})
+    _publish(adapter, repo, o1, other_try, base, other)
+    head_id = head(fenced_repo)
+
+    # Try 2: the scope's write set changed (try 1's output), the read set did not.
+    c2 = _stage_as(fenced_repo, base, try2, base, {f"{write}part-0": b"try 2"})
+    decision = _scan(lakefs_client, repo, scope, head_id, base, changed=True)
+    assert decision.action is ScopedAction.INSPECT
+    history = _log(lakefs_client, repo, head_id, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
+    assert [c.id for c in history[:1]] == [c1]  # merges are skipped: the staged commit names the try
+    own = decide_own_history(scope, history, attempt=try2, input_ref=base, head=head_id, changed=True)
+    assert (own.action, own.unwind, own.content_check) == (ScopedAction.REPLACE, c1, ((c1, write),))
+    equal = lakefs_client.sdk_client.refs_api.diff_refs(repo, c1, head_id, prefix=write, amount=1, type="two_dot")
+    assert not equal.results
+
+    # The merge-only replacement the engine will make: revert try 1's staged commit, merge try 2's,
+    # merge the result into the target naming the HEAD it built on as the scope's expected base.
+    x = fenced_repo.branch("replace-x").create(head_id, hidden=True)
+    lakefs_client.sdk_client.branches_api.revert_branch(
+        repo,
+        "replace-x",
+        lakefs_sdk.RevertCreation(
+            ref=c1,
+            parent_number=1,
+            commit_overrides=lakefs_sdk.CommitOverrides(
+                metadata=scoped_revert_metadata(encode_metadata(LakefenceRecord(try2, ROLE_STAGE, base)), c1)
+            ),
+        ),
+    )
+    adapter.merge(repo, c2, "replace-x", "stage", {})
+    record = encode_metadata(LakefenceRecord(try2, ROLE_PUBLISH, base, c2))
+    adapter.merge(repo, "replace-x", "main", "replace", {**record, **scope.merge_metadata(head_id)})
+    x.delete()
+    assert _objects(fenced_repo, "main", "tables/t/") == {
+        f"{write}old": b"seed",
+        f"{write}part-0": b"try 2",
+        "tables/t/date=2/x": b"2",
+    }
+    after = head(fenced_repo)
+    history = _log(lakefs_client, repo, after, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
+    # Try 2's answer was lost: it finds its own publication below HEAD; a try 3 would replace it.
+    assert decide_own_history(scope, history, attempt=try2, input_ref=base, head=after, changed=True).action is (
+        ScopedAction.IDEMPOTENT
+    )
+    third = decide_own_history(scope, history, attempt=try3, input_ref=base, head=after, changed=True)
+    assert (third.action, third.unwind) == (ScopedAction.REPLACE, c2)
+
+    # Someone else writes into the read set: the scan fails closed and names the commit.
+    foreign = commit_on(fenced_repo, "main", {"dims/d/v": b"2"}, "hand fix")
+    now = head(fenced_repo)
+    decision = _scan(lakefs_client, repo, scope, now, base, changed=True)
+    assert decision.action is ScopedAction.FAIL_CLOSED
+    [touch] = [t for t in decision.touches if t.write_prefix is None]
+    [culprit] = _log(lakefs_client, repo, now, objects=[touch.path], amount=1)
+    assert culprit.id == foreign
+    text = describe_conflict(touch, culprit, input_ref=base, head=now, target="main")
+    assert "dims/d/v" in text and foreign in text and "hand fix" in text
