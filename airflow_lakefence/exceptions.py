@@ -238,7 +238,10 @@ class LakeFSHardFenceRejectedError(LakeFSHookRejectedError):
     """The hard fence refused the merge: the destination's HEAD was not the expected head.
 
     :param found_head: the HEAD lakeFS computed the merge against.
-    :param expected_head: the head the merge named.
+    :param expected_head: the head (or, for a scoped merge, the base) the merge named.
+    :param version: the version of the hook that refused, when it says.
+    :param scope_prefix: for a scoped merge, the declared prefix that changed since the expected base.
+    :param path: for a scoped merge, one path that changed under it.
     """
 
     def __init__(
@@ -251,10 +254,21 @@ class LakeFSHardFenceRejectedError(LakeFSHookRejectedError):
         run_id: str | None = None,
         found_head: str | None = None,
         expected_head: str | None = None,
+        version: int | None = None,
+        scope_prefix: str | None = None,
+        path: str | None = None,
     ) -> None:
         super().__init__(message, status=status, operation=operation, server_message=server_message, run_id=run_id)
         self.found_head = found_head
         self.expected_head = expected_head
+        self.version = version
+        self.scope_prefix = scope_prefix
+        self.path = path
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the fence refused a scoped merge because a commit since its base touched its scope."""
+        return self.scope_prefix is not None
 
 
 class HardFenceRaceError(PublishRaceError):

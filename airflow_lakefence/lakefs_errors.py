@@ -90,6 +90,9 @@ def _special_error(status: int | None, message: str, operation: str, what: str) 
                 run_id=rejection.run_id,
                 found_head=rejection.found_head,
                 expected_head=rejection.expected_head,
+                version=rejection.version,
+                scope_prefix=rejection.scope_prefix,
+                path=rejection.path,
             )
         return LakeFSHookRejectedError(
             text, status=status, operation=operation, server_message=message, run_id=rejection.run_id

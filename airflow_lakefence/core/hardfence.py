@@ -7,6 +7,14 @@ destination HEAD lakeFS computed it against) is not the head the client named in
 metadata under :data:`EXPECTED_HEAD_KEY`. Merges that name no expected head pass untouched, so
 the users' own merges are unaffected.
 
+Version 2 adds *scoped* merges: a merge whose metadata also names scope prefixes
+(:func:`scoped_merge_metadata`) passes on a destination that moved since the expected base when no
+commit since that base changed a path under any of the prefixes: the hook asks lakeFS itself
+(``require("lakefs").diff_refs``, one call per prefix, inside the retried branch update). Version 1
+knows no scope and refuses such a merge whenever the destination moved: a repository that was not
+upgraded fails closed. Version 1's branch-wide rule is unchanged in version 2, so an installed
+version 1 keeps fencing branch-wide publications.
+
 lakeFS loads actions from the *merged source commit's* tree (``_lakefs_actions/*.yaml``), so the
 action file must be on the commit a publication builds on: it is committed on the target branch
 (by a merge, which protected branches allow) and every staging branch created from the target
@@ -21,25 +29,40 @@ from __future__ import annotations
 import enum
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import unquote
 
 from airflow_lakefence.exceptions import LakeFSNotFoundError
 
 #: The version of the shipped hook; bumped whenever the rendered action changes.
-HARD_FENCE_VERSION = 1
+HARD_FENCE_VERSION = 2
+#: The first version that checks scoped merges (prefix-scoped publications).
+SCOPED_VERSION = 2
+#: Older versions whose exact file still fences branch-wide merges (they refuse scoped ones).
+_BRANCH_WIDE_VERSIONS = frozenset({1})
 #: The action's name in lakeFS (unique per repository) and its hook id.
 ACTION_NAME = "lakefence_hard_fence"
 HOOK_ID = "lakefence_expected_head"
 #: Where the action file lives in the repository's tree (lakeFS reads ``_lakefs_actions/`` only).
 ACTION_PATH = "_lakefs_actions/lakefence_hard_fence.yaml"
-#: The merge metadata key naming the expected first parent (a commit id).
+#: The merge metadata key naming the expected first parent (a commit id); for a scoped merge, the
+#: expected *base*: the commit since which nothing may have changed inside the scope.
 EXPECTED_HEAD_KEY = "lakefence.expected_head"
 #: The merge metadata key marking the merge that installs the fence.
 INSTALL_KEY = "lakefence.hard_fence_install"
+#: The merge metadata key holding how many scope prefixes a scoped merge names (``"1"``...).
+SCOPE_COUNT_KEY = "lakefence.scope.count"
+#: The merge metadata keys of the scope prefixes themselves: ``lakefence.scope.1`` ... (1-based).
+#: One key per prefix, the prefix as the plain value: nothing to escape, whatever it contains.
+SCOPE_KEY_PREFIX = "lakefence.scope."
+#: The most prefixes a scoped merge may name (the hook makes one lakeFS diff call per prefix).
+MAX_SCOPE_PREFIXES = 64
 #: The text the hook's error starts with; lakeFS relays it in the 412 message.
 REJECTION_MARKER = "LAKEFENCE_HARD_FENCE_REJECTED"
+#: The command that installs or upgrades the fence (named in messages).
+INSTALL_COMMAND = "python -m airflow_lakefence.hardfence install"
 
 _VERSION_LINE = "# lakefence-hard-fence-version: "
 _VERSION_RE = re.compile(r"^# lakefence-hard-fence-version: (\d+)\s*$", re.MULTILINE)
@@ -47,11 +70,17 @@ _REJECTION_RE = re.compile(
     REJECTION_MARKER + r" v(?P<version>\d+): branch (?P<branch>\S*) moved to (?P<found>\S+), "
     r"expected head (?P<expected>\S+)"
 )
+# The scoped rejection: prefix and path are percent-encoded by the hook (no spaces, no quotes).
+_SCOPED_REJECTION_RE = re.compile(
+    REJECTION_MARKER + r" v(?P<version>\d+): branch (?P<branch>\S*) scope (?P<prefix>\S+) changed since "
+    r"expected base (?P<expected>\S+): path (?P<path>\S+) \((?P<type>[\w_]+)\), merge computed on (?P<found>\S+)"
+)
+_MARKER_VERSION_RE = re.compile(REJECTION_MARKER + r" v(?P<version>\d+)")
 _RUN_ID_RE = re.compile(r"run id '([^']+)'")
 
 # error(..., 0): level 0 keeps Lua's "chunk:line:" position out of the message the client parses.
-_LUA_SCRIPT = f"""\
--- airflow-lakefence hard fence v{HARD_FENCE_VERSION}: a compare-and-swap for lakefence merges.
+_LUA_SCRIPT_V1 = f"""\
+-- airflow-lakefence hard fence v1: a compare-and-swap for lakefence merges.
 -- parents[1] is the destination HEAD lakeFS computed this merge against; lakeFS re-runs the
 -- hook whenever it recomputes the merge on a moved destination.
 local expected = action.commit.metadata["{EXPECTED_HEAD_KEY}"]
@@ -60,30 +89,103 @@ if expected == nil or expected == "" then
 end
 local first = action.commit.parents[1]
 if first ~= expected then
-  error("{REJECTION_MARKER} v{HARD_FENCE_VERSION}: branch " .. tostring(action.branch_id) ..
+  error("{REJECTION_MARKER} v1: branch " .. tostring(action.branch_id) ..
     " moved to " .. tostring(first) .. ", expected head " .. expected, 0)
 end
 """
 
+# Version 2 keeps version 1's rule for branch-wide merges and adds the scoped rule: a merge naming
+# scope prefixes passes on a moved destination when no commit since the expected base changed a
+# path under any of them. diff_refs is three-dot (lakeFS's default): "what changed on the
+# destination since its merge base with the expected base". The prefix and path in the message
+# are percent-encoded so that the client can parse them whatever they contain.
+_LUA_SCRIPT_V2 = f"""\
+-- airflow-lakefence hard fence v{HARD_FENCE_VERSION}: a compare-and-swap for lakefence merges,
+-- branch-wide or scoped to prefixes. parents[1] is the destination HEAD lakeFS computed this merge
+-- against; lakeFS re-runs the hook whenever it recomputes the merge on a moved destination.
+local meta = action.commit.metadata
+local expected = meta["{EXPECTED_HEAD_KEY}"]
+if expected == nil or expected == "" then
+  return
+end
+local first = action.commit.parents[1]
+if first == expected then
+  return
+end
+local marker = "{REJECTION_MARKER} v{HARD_FENCE_VERSION}: branch " .. tostring(action.branch_id)
+local count = meta["{SCOPE_COUNT_KEY}"]
+if count == nil or count == "" then
+  error(marker .. " moved to " .. tostring(first) .. ", expected head " .. expected, 0)
+end
+local n = tonumber(count)
+if n == nil or n ~= math.floor(n) or not (n >= 1 and n <= {MAX_SCOPE_PREFIXES}) then
+  error(marker .. " scope malformed: {SCOPE_COUNT_KEY} is " .. count, 0)
+end
+-- lakeFS's Lua (go-lua) has no gsub/match: encode byte by byte, with a plain find.
+local safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/="
+local function enc(s)
+  local out = {{}}
+  for i = 1, string.len(s) do
+    local c = string.sub(s, i, i)
+    if string.find(safe, c, 1, true) then
+      out[#out + 1] = c
+    else
+      out[#out + 1] = string.format("%%%02X", string.byte(c))
+    end
+  end
+  return table.concat(out)
+end
+local lakefs = require("lakefs")
+for i = 1, n do
+  local prefix = meta["{SCOPE_KEY_PREFIX}" .. i]
+  if prefix == nil or prefix == "" then
+    error(marker .. " scope malformed: no {SCOPE_KEY_PREFIX}" .. i, 0)
+  end
+  local status, diff = lakefs.diff_refs(action.repository_id, expected, first, "", prefix, "", 1)
+  if status ~= 200 then
+    error(marker .. " scope " .. enc(prefix) .. " not checked: diff from expected base " .. expected ..
+      " answered " .. tostring(status), 0)
+  end
+  local change = diff.results[1]
+  if change ~= nil then
+    error(marker .. " scope " .. enc(prefix) .. " changed since expected base " .. expected .. ": path " ..
+      enc(change.path) .. " (" .. tostring(change.type) .. "), merge computed on " .. tostring(first), 0)
+  end
+end
+"""
 
-def lua_script() -> str:
-    """Return the hook's Lua source."""
-    return _LUA_SCRIPT
+_LUA_SCRIPTS = {1: _LUA_SCRIPT_V1, 2: _LUA_SCRIPT_V2}
+_DESCRIPTIONS = {
+    1: "Reject a lakefence merge whose first parent is not the expected head named in its metadata",
+    2: "Reject a lakefence merge whose destination moved (branch-wide) or changed inside its scope "
+    "(scoped) since the head named in its metadata",
+}
 
 
-def render_action() -> str:
+def lua_script(version: int = HARD_FENCE_VERSION) -> str:
+    """Return the hook's Lua source.
+
+    :param version: the version (the current one by default; older ones for checks and tests).
+    :raises KeyError: for a version this package never shipped.
+    """
+    return _LUA_SCRIPTS[version]
+
+
+def render_action(version: int = HARD_FENCE_VERSION) -> str:
     """Render the action file (YAML) exactly as the installer writes it.
 
-    The text is fixed for a given :data:`HARD_FENCE_VERSION`, so an installed copy is checked by
-    comparing bytes.
+    The text is fixed for a given version, so an installed copy is checked by comparing bytes.
+
+    :param version: the version (the current one by default).
+    :raises KeyError: for a version this package never shipped.
     """
-    script = "".join(f"        {line}\n" if line else "\n" for line in _LUA_SCRIPT.splitlines())
+    script = "".join(f"        {line}\n" if line else "\n" for line in _LUA_SCRIPTS[version].splitlines())
     return (
-        f"{_VERSION_LINE}{HARD_FENCE_VERSION}\n"
+        f"{_VERSION_LINE}{version}\n"
         "# Installed by airflow-lakefence. Do not edit: `python -m airflow_lakefence.hardfence check`\n"
         "# compares this file byte for byte with the version the package ships.\n"
         f"name: {ACTION_NAME}\n"
-        "description: Reject a lakefence merge whose first parent is not the expected head named in its metadata\n"
+        f"description: {_DESCRIPTIONS[version]}\n"
         "on:\n"
         "  pre-merge:\n"
         "hooks:\n"
@@ -95,9 +197,12 @@ def render_action() -> str:
     )
 
 
-def render_action_bytes() -> bytes:
-    """Return :func:`render_action` encoded as UTF-8 (what is uploaded)."""
-    return render_action().encode()
+def render_action_bytes(version: int = HARD_FENCE_VERSION) -> bytes:
+    """Return :func:`render_action` encoded as UTF-8 (what is uploaded).
+
+    :param version: the version (the current one by default).
+    """
+    return render_action(version).encode()
 
 
 def expected_head_metadata(head: str) -> dict[str, str]:
@@ -109,6 +214,49 @@ def expected_head_metadata(head: str) -> dict[str, str]:
     if not head:
         raise ValueError("the expected head must be a commit id")
     return {EXPECTED_HEAD_KEY: head}
+
+
+def scoped_merge_metadata(expected_base: str, prefixes: Sequence[str]) -> dict[str, str]:
+    """Return the merge metadata of a scoped merge: the expected base and the scope's prefixes.
+
+    Version 2 of the hook accepts such a merge on a destination that moved since
+    ``expected_base`` when nothing under any prefix changed since then. Version 1 reads only the
+    expected head, so it refuses the merge as soon as the destination moved: an un-upgraded
+    repository fails closed, never open.
+
+    :param expected_base: the commit the publication built on (its input).
+    :param prefixes: the scope (read and write prefixes, normalised, e.g. ``"tables/t/date=1/"``).
+    :raises ValueError: if the base is empty, there is no prefix, too many, or an empty one.
+    """
+    if not expected_base:
+        raise ValueError("the expected base must be a commit id")
+    if not prefixes:
+        raise ValueError("a scoped merge names at least one prefix")
+    if len(prefixes) > MAX_SCOPE_PREFIXES:
+        raise ValueError(f"a scoped merge names at most {MAX_SCOPE_PREFIXES} prefixes, got {len(prefixes)}")
+    if any(not p for p in prefixes):
+        raise ValueError("a scope prefix must not be empty")
+    metadata = {EXPECTED_HEAD_KEY: expected_base, SCOPE_COUNT_KEY: str(len(prefixes))}
+    metadata.update({f"{SCOPE_KEY_PREFIX}{i}": prefix for i, prefix in enumerate(prefixes, start=1)})
+    return metadata
+
+
+def scope_of(metadata: Mapping[str, str] | None) -> tuple[str, ...] | None:
+    """Return the scope prefixes a merge's metadata names, ``None`` for a branch-wide merge.
+
+    :param metadata: a commit's metadata.
+    :raises ValueError: for a malformed scope (the hook refuses such a merge too).
+    """
+    meta = metadata or {}
+    count = meta.get(SCOPE_COUNT_KEY)
+    if not count:
+        return None
+    if not count.isdigit() or not 1 <= int(count) <= MAX_SCOPE_PREFIXES:
+        raise ValueError(f"malformed {SCOPE_COUNT_KEY}: {count!r}")
+    prefixes = tuple(meta.get(f"{SCOPE_KEY_PREFIX}{i}", "") for i in range(1, int(count) + 1))
+    if not all(prefixes):
+        raise ValueError(f"{SCOPE_COUNT_KEY} is {count} but a prefix is missing")
+    return prefixes
 
 
 def expected_head_of(metadata: Mapping[str, str] | None) -> str | None:
@@ -146,12 +294,41 @@ class FenceCheck:
 
     @property
     def enforced(self) -> bool:
-        """Whether publications built on this commit are checked by a hook this package can rely on.
+        """Whether branch-wide publications built on this commit are checked by a hook this package can rely on.
 
         A newer version counts: the metadata key and the rule are part of the hook's contract, and a
-        rolling upgrade would otherwise stop older workers.
+        rolling upgrade would otherwise stop older workers. An older version shipped by this package,
+        byte for byte (:func:`check_action` says ``outdated`` with its version), counts too: its
+        branch-wide rule is unchanged, so an upgrade of the package does not stop publications on
+        repositories not yet upgraded.
         """
-        return self.status in (FenceStatus.OK, FenceStatus.NEWER)
+        if self.status in (FenceStatus.OK, FenceStatus.NEWER):
+            return True
+        return self.status is FenceStatus.OUTDATED and self.installed_version in _BRANCH_WIDE_VERSIONS
+
+    @property
+    def scoped(self) -> bool:
+        """Whether scoped publications (merges naming scope prefixes) built on this commit are checked."""
+        return (
+            self.status in (FenceStatus.OK, FenceStatus.NEWER)
+            and self.installed_version is not None
+            and self.installed_version >= SCOPED_VERSION
+        )
+
+    def refusal(self, *, scoped: bool) -> str | None:
+        """Say why a publication may not rely on this fence, ``None`` when it may.
+
+        :param scoped: whether the publication is scoped to prefixes.
+        """
+        if self.scoped or (not scoped and self.enforced):
+            return None
+        if scoped and self.enforced:
+            return (
+                f"{self.message}. Version {self.installed_version} fences branch-wide publications only and "
+                f"refuses every scoped merge onto a target that moved: upgrade it with `{INSTALL_COMMAND}` "
+                "(the upgrade is itself a fenced merge; branch-wide publications keep working meanwhile)"
+            )
+        return self.message
 
 
 def installed_version(content: bytes | str) -> int | None:
@@ -175,7 +352,7 @@ def check_action(content: bytes | str | None, *, where: str = "the commit") -> F
             FenceStatus.MISSING,
             None,
             f"the lakefence hard fence is not installed on {where} (no {ACTION_PATH}); install it with "
-            "`python -m airflow_lakefence.hardfence install`",
+            f"`{INSTALL_COMMAND}`",
         )
     text = content.decode(errors="replace") if isinstance(content, bytes) else content
     version = installed_version(text)
@@ -186,11 +363,18 @@ def check_action(content: bytes | str | None, *, where: str = "the commit") -> F
             f"{ACTION_PATH} on {where} is not a lakefence hard fence (no version marker)",
         )
     if version < HARD_FENCE_VERSION:
+        if version in _LUA_SCRIPTS and text != render_action(version):
+            return FenceCheck(
+                FenceStatus.MODIFIED,
+                version,
+                f"{ACTION_PATH} on {where} claims version {version} but differs from the file that version "
+                f"shipped: reinstall it with `{INSTALL_COMMAND}`",
+            )
         return FenceCheck(
             FenceStatus.OUTDATED,
             version,
             f"the lakefence hard fence on {where} is version {version}, this package ships version "
-            f"{HARD_FENCE_VERSION}: reinstall it with `python -m airflow_lakefence.hardfence install`",
+            f"{HARD_FENCE_VERSION}: upgrade it with `{INSTALL_COMMAND}`",
         )
     if version > HARD_FENCE_VERSION:
         return FenceCheck(
@@ -204,7 +388,7 @@ def check_action(content: bytes | str | None, *, where: str = "the commit") -> F
             FenceStatus.MODIFIED,
             version,
             f"{ACTION_PATH} on {where} claims version {version} but differs from the shipped file: "
-            "reinstall it with `python -m airflow_lakefence.hardfence install`",
+            f"reinstall it with `{INSTALL_COMMAND}`",
         )
     return FenceCheck(FenceStatus.OK, version, f"the lakefence hard fence version {version} is installed on {where}")
 
@@ -223,13 +407,24 @@ class MergeRejection:
     :param kind: the hard fence, or a hook that is not ours.
     :param run_id: lakeFS's action run id (for ``lakectl actions runs describe``), if found.
     :param found_head: for the hard fence, the head lakeFS computed the merge against.
-    :param expected_head: for the hard fence, the head the merge named.
+    :param expected_head: for the hard fence, the head (or, scoped, the base) the merge named.
+    :param version: for the hard fence, the version of the hook that refused.
+    :param scope_prefix: for a scoped refusal, the prefix that changed since the expected base.
+    :param path: for a scoped refusal, one path that changed under it.
     """
 
     kind: RejectionKind
     run_id: str | None = None
     found_head: str | None = None
     expected_head: str | None = None
+    version: int | None = None
+    scope_prefix: str | None = None
+    path: str | None = None
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the hard fence refused a scoped merge because its scope changed."""
+        return self.scope_prefix is not None
 
 
 def classify_rejection(message: str) -> MergeRejection:
@@ -244,10 +439,53 @@ def classify_rejection(message: str) -> MergeRejection:
     run_id = None if run is None else run.group(1)
     match = _REJECTION_RE.search(message)
     if match is not None:
-        return MergeRejection(RejectionKind.HARD_FENCE, run_id, match.group("found"), match.group("expected"))
+        return MergeRejection(
+            RejectionKind.HARD_FENCE, run_id, match.group("found"), match.group("expected"), int(match.group("version"))
+        )
+    scoped = _SCOPED_REJECTION_RE.search(message)
+    if scoped is not None:
+        return MergeRejection(
+            RejectionKind.HARD_FENCE,
+            run_id,
+            scoped.group("found"),
+            scoped.group("expected"),
+            int(scoped.group("version")),
+            unquote(scoped.group("prefix")),
+            unquote(scoped.group("path")),
+        )
+    marker = _MARKER_VERSION_RE.search(message)
+    if marker is not None:
+        return MergeRejection(RejectionKind.HARD_FENCE, run_id, version=int(marker.group("version")))
     if REJECTION_MARKER in message:
         return MergeRejection(RejectionKind.HARD_FENCE, run_id)
     return MergeRejection(RejectionKind.USER_HOOK, run_id)
+
+
+def explain_scoped_rejection(rejection: MergeRejection, *, target: str) -> str:
+    """Say what a hard-fence refusal of a *scoped* merge means and what to do.
+
+    A version-1 hook refuses every scoped merge whose target moved (it knows no scope): that is an
+    installation to upgrade, not a race.
+
+    :param rejection: the classified 412.
+    :param target: the target branch (for the message).
+    """
+    if rejection.version is not None and rejection.version < SCOPED_VERSION:
+        return (
+            f"the hard fence on {target!r} is version {rejection.version}: it refuses scoped merges onto a target that "
+            f"moved (it moved to {rejection.found_head} since {rejection.expected_head}). Upgrade it with "
+            f"`{INSTALL_COMMAND}`, then clear the task"
+        )
+    if rejection.scoped:
+        return (
+            f"lakeFS's hard fence refused the scoped merge into {target!r}: {rejection.path!r} under the scope "
+            f"prefix {rejection.scope_prefix!r} changed between the input {rejection.expected_head} and "
+            f"{rejection.found_head}, the target's head the merge was computed on (action run {rejection.run_id})"
+        )
+    return (
+        f"lakeFS's hard fence refused the merge into {target!r} (action run {rejection.run_id}): "
+        f"it moved to {rejection.found_head} since {rejection.expected_head}"
+    )
 
 
 # -- merge-only replacement ------------------------------------------------------------------

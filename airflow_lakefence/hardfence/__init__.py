@@ -5,7 +5,8 @@ publications built on a commit that carries :data:`~airflow_lakefence.core.hardf
 :func:`install_hard_fence` puts it on a branch the way every lakefence publication arrives: a
 commit on a temporary hidden branch, merged into the branch (protected branches allow merges; the
 branch's uncommitted changes, if any, are never swept into the commit). The install merge names its
-expected head, so the new hook checks its own installation.
+expected head, so the new hook checks its own installation. Installing over an older version (an
+upgrade, e.g. version 1 to 2 for scoped publications) is the same merge.
 
 The rendering and judging of the action file are pure (:mod:`airflow_lakefence.core.hardfence`);
 this module does the lakeFS calls, through :class:`~airflow_lakefence.lakefs_client.LakeFSClient`
@@ -26,12 +27,14 @@ from airflow_lakefence.core.hardfence import (
     ACTION_PATH,
     EXPECTED_HEAD_KEY,
     HARD_FENCE_VERSION,
+    INSTALL_COMMAND,
     INSTALL_KEY,
     FenceCheck,
     FenceStatus,
     check_ref,
     expected_head_metadata,
     render_action_bytes,
+    scoped_merge_metadata,
 )
 from airflow_lakefence.exceptions import (
     HardFenceInstallError,
@@ -57,6 +60,8 @@ TEMP_BRANCH_PREFIX = "lakefence-hardfence"
 # then rejects the merge): a few fresh tries, each built on the new head.
 _INSTALL_TRIES = 3
 _PROBE_HEAD = "lakefence-probe-not-a-commit"
+#: Where the probe writes on its hidden branches (never on the probed branch).
+PROBE_PREFIX = "_lakefence_hard_fence_probe/"
 
 
 @dataclass(frozen=True)
@@ -79,12 +84,15 @@ class InstallResult:
 class ProbeResult:
     """What :func:`probe_hard_fence` saw.
 
-    :param enforced: whether lakeFS rejected a merge naming a wrong expected head.
-    :param message: lakeFS's answer (the 412 message) or what went wrong.
+    :param enforced: whether lakeFS rejected a merge naming a wrong expected head (branch-wide rule).
+    :param message: lakeFS's answers (the 412 messages) or what went wrong.
+    :param scoped: whether lakeFS also ran the scoped rule: refused a scoped merge whose scope changed
+        since its base and accepted one whose scope did not.
     """
 
     enforced: bool
     message: str
+    scoped: bool = False
 
 
 def check_hard_fence(client: LakeFSClient, repository: str, ref: str) -> FenceCheck:
@@ -169,32 +177,72 @@ def install_hard_fence(client: LakeFSClient, repository: str, branch: str, *, fo
 def probe_hard_fence(client: LakeFSClient, repository: str, branch: str) -> ProbeResult:
     """Prove that lakeFS enforces the fence on publications built on ``branch``'s head.
 
-    Builds a throw-away change on one hidden branch and merges it into a second hidden branch,
-    naming a wrong expected head: lakeFS must refuse it with the fence's 412. A fence file that
-    lakeFS does not run (actions disabled in its configuration) is caught here and nowhere else.
-    Costs seven calls; ``branch`` itself is never written.
+    On two hidden branches from ``branch``'s head (``src`` with a throw-away change under
+    :data:`PROBE_PREFIX`, ``dst`` the destination), three merges of ``src`` into ``dst``:
+
+    1. naming a wrong expected head: lakeFS must refuse it with the fence's 412 (branch-wide rule);
+    2. after a commit on ``dst`` under :data:`PROBE_PREFIX`, scoped to :data:`PROBE_PREFIX` and naming
+       the head as expected base: lakeFS must refuse it (the scope changed since the base);
+    3. the same merge scoped to ``src``'s own sub-prefix only: lakeFS must accept it (its scope did not
+       change), on the hidden ``dst``.
+
+    A fence file that lakeFS does not run (actions disabled in its configuration) is caught here and
+    nowhere else; so is a version-1 fence, which refuses the scoped merges. Costs eleven calls (two
+    branches, two uploads and commits, three merges, two deletes); ``branch`` itself is never written.
 
     :param client: the lakeFS adapter.
     :param repository: the repository.
     :param branch: the branch whose head carries the fence.
-    :raises LakeFSError: for lakeFS failures other than the expected 412.
+    :raises LakeFSError: for lakeFS failures other than the expected 412s.
     """
     with (
-        _temporary_branch(client, repository, branch, "probe-src") as (source, _),
+        _temporary_branch(client, repository, branch, "probe-src") as (source, base),
         _temporary_branch(client, repository, branch, "probe-dst") as (destination, _),
     ):
-        _upload(client, repository, source, "_lakefence_hard_fence_probe", b"probe\n")
+        _upload(client, repository, source, f"{PROBE_PREFIX}src/probe", b"probe\n")
         staged = client.commit(repository, source, "lakefence hard fence probe", {})
         if staged is None:
             raise HardFenceInstallError("the probe's commit unexpectedly had no changes")
+        message = "lakefence hard fence probe"
         try:
-            merge = client.merge(
-                repository, staged.id, destination, "lakefence hard fence probe", {EXPECTED_HEAD_KEY: _PROBE_HEAD}
-            )
-        except LakeFSHardFenceRejectedError as exc:
-            return ProbeResult(True, str(exc))
+            merge = client.merge(repository, staged.id, destination, message, {EXPECTED_HEAD_KEY: _PROBE_HEAD})
+        except LakeFSHardFenceRejectedError:
+            pass
         except LakeFSPreconditionFailedError as exc:
             return ProbeResult(False, f"a pre-merge hook other than the hard fence rejected the probe: {exc}")
+        else:
+            return ProbeResult(
+                False, f"lakeFS accepted a merge naming a wrong expected head ({merge}): the fence does not run"
+            )
+        branch_wide = "lakeFS rejected a stale merge"
+        _upload(client, repository, destination, f"{PROBE_PREFIX}dst/probe", b"probe\n")
+        if client.commit(repository, destination, "lakefence hard fence probe: the destination moves", {}) is None:
+            raise HardFenceInstallError("the probe's destination commit unexpectedly had no changes")
+        try:
+            scoped = scoped_merge_metadata(base, [PROBE_PREFIX])
+            merge = client.merge(repository, staged.id, destination, message, scoped)
+        except LakeFSHardFenceRejectedError as exc:
+            refused = str(exc)
+            if not exc.scoped:
+                return ProbeResult(
+                    True,
+                    f"{branch_wide}; the fence that ran is version {exc.version}, which refuses every scoped "
+                    f"merge onto a moved target: upgrade it with `{INSTALL_COMMAND}`",
+                )
+        except LakeFSPreconditionFailedError as exc:
+            return ProbeResult(
+                True, f"{branch_wide}; a pre-merge hook other than the hard fence rejected the scoped probe: {exc}"
+            )
+        else:
+            return ProbeResult(True, f"{branch_wide}; lakeFS accepted a scoped merge whose scope changed ({merge})")
+        try:
+            disjoint = scoped_merge_metadata(base, [f"{PROBE_PREFIX}src/"])
+            client.merge(repository, staged.id, destination, message, disjoint)
+        except LakeFSPreconditionFailedError as exc:
+            return ProbeResult(True, f"{branch_wide}; lakeFS refused a scoped merge whose scope did not change: {exc}")
         return ProbeResult(
-            False, f"lakeFS accepted a merge naming a wrong expected head ({merge}): the fence does not run"
+            True,
+            f"{branch_wide}, refused a scoped merge whose scope changed and accepted one whose scope did not "
+            f"(lakeFS's refusal: {refused})",
+            scoped=True,
         )

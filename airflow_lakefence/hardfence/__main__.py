@@ -4,8 +4,9 @@ Credentials come from an Airflow connection (``--conn-id``) or from the environm
 (``LAKECTL_SERVER_ENDPOINT_URL``, ``LAKECTL_CREDENTIALS_ACCESS_KEY_ID``,
 ``LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY``), never from the command line.
 
-Exit status: 0 when the fence is installed (and enforced, with ``--probe``), 1 when it is not,
-2 when lakeFS or the arguments failed.
+Exit status: 0 when the current fence is installed (and enforced, branch-wide and scoped, with
+``--probe``), 1 when it is not (an older version that fences only branch-wide merges included), 2
+when lakeFS or the arguments failed. ``install`` upgrades an older version.
 """
 
 from __future__ import annotations
@@ -102,14 +103,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             client.get_commit(args.repository, args.branch)  # a missing repository/branch is an error, not "missing"
             check = check_hard_fence(client, args.repository, args.branch)
-            outcome.update(status=str(check.status), installed_version=check.installed_version)
-            ok = check.enforced
+            outcome.update(
+                status=str(check.status),
+                installed_version=check.installed_version,
+                branch_wide=check.enforced,
+                scoped=check.scoped,
+            )
+            # The current version (or newer) only: an older one still fences branch-wide merges
+            # (said in the message) but refuses scoped ones.
+            ok = check.scoped
             text = check.message
+            if check.enforced and not check.scoped:
+                text = check.refusal(scoped=True) or text
         if args.probe and ok:
             probe = probe_hard_fence(client, args.repository, args.branch)
-            outcome.update(probe_enforced=probe.enforced)
-            ok = probe.enforced
-            text += "; probe: " + ("lakeFS rejected a stale merge" if probe.enforced else probe.message)
+            outcome.update(probe_enforced=probe.enforced, probe_scoped=probe.scoped)
+            ok = probe.enforced and probe.scoped
+            text += "; probe: " + probe.message
     except LakeFenceError as exc:
         outcome.update(error=str(exc), error_class=type(exc).__name__)
         _emit(args, outcome, f"error: {exc}", err=True)

@@ -104,7 +104,7 @@ def test_check_action_states() -> None:
 
 def test_classify_real_lakefs_messages() -> None:
     ours = hf.classify_rejection(REAL_REJECTION)
-    assert ours == hf.MergeRejection(hf.RejectionKind.HARD_FENCE, "4oo0aj1ksdueac6v1j0g", OTHER, HEAD)
+    assert ours == hf.MergeRejection(hf.RejectionKind.HARD_FENCE, "4oo0aj1ksdueac6v1j0g", OTHER, HEAD, version=1)
     theirs = hf.classify_rejection(USER_REJECTION)
     assert (theirs.kind, theirs.run_id, theirs.found_head) == (hf.RejectionKind.USER_HOOK, "4oo0b9zz", None)
     # Both failing at once: the merge lost the race, whatever the user's hook said.

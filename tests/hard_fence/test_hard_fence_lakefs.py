@@ -83,7 +83,7 @@ def test_install_check_and_probe_cost_and_outcome(adapter: CountingClient, lakef
     probe = probe_hard_fence(adapter, repo, "main")
     assert probe.enforced, probe.message
     assert hf.REJECTION_MARKER in probe.message
-    assert sum(adapter.calls.values()) == 7
+    assert sum(adapter.calls.values()) == 11
     assert head(lakefs_repo) == merge.id  # the probe never writes the branch
     assert [b for b, _ in adapter.list_branches(repo, "lakefence-hardfence")] == []
 

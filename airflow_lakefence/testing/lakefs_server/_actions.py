@@ -11,7 +11,9 @@ As lakeFS does (``pkg/actions``, ``pkg/catalog/actions_source.go``):
   (``applyRecord``: event fields and ``commit = {message, meta_range_id, creation_date, version,
   metadata, parents}``, ``parents[1]`` being the destination HEAD) and ``args``.
 
-Only pre-merge Lua hooks run; an action with another hook type fails the merge with a clear message
+The interpreter offers what lakeFS's go-lua offers (no ``io``/``os``, no Lua patterns: no
+``string.gsub``/``gmatch``/``match``, ``string.find`` plain only), so a hook that runs here runs
+there. Only pre-merge Lua hooks run; an action with another hook type fails the merge with a clear message
 rather than being skipped silently. The ``lakefs`` Lua module (``require("lakefs")``) has the read
 functions lakeFS's has, answering as lakeFS's do (checked against lakeFS v1.86.0): ``diff_refs``
 (three-dot) and ``list_objects`` return ``(status, table)``; ``stat_object`` returns ``(status,
@@ -159,6 +161,27 @@ def _lakefs_module(lua: Any, tx: Tx) -> Any:
     )
 
 
+# lakeFS runs hooks in go-lua (Lua 5.2) with a "safe" library set: no io, no os, and a string
+# library without pattern matching (no gsub, gmatch, match, dump; find only for plain text). A hook
+# that works here must work there, so the local interpreter (Lua 5.4) offers no more than that.
+_GO_LUA_PRELUDE = """
+io, os = nil, nil
+string.gsub, string.gmatch, string.match, string.dump = nil, nil, nil, nil
+local find = string.find
+string.find = function(s, pattern, ...)
+  local init, plain = ...
+  local special = false
+  for i = 1, #pattern do
+    if find("^$*+?.([%-", pattern:sub(i, i), 1, true) then special = true end
+  end
+  if select("#", ...) >= 2 and not plain and special then
+    error("pattern matching is not implemented in lakeFS's Lua (go-lua): use string.find(s, text, init, true)")
+  end
+  return find(s, pattern, init or 1, true)
+end
+"""
+
+
 def _run_lua(script: str, table: Any, args: Mapping[str, Any], lua: Any) -> str | None:
     """Run ``script``; return the error text, ``None`` when it succeeded."""
     lua.globals().action = table
@@ -221,6 +244,7 @@ def run_pre_merge_hooks(tx: Tx, *, repo: str, branch: str, source_ref: str, sour
                 failures.append(f"hook run id '{hook_run}' failed on action '{name}' hook '{hook_id}': no script")
                 continue
             lua = lupa.LuaRuntime(unpack_returned_tuples=True, register_eval=False)
+            lua.execute(_GO_LUA_PRELUDE)
             lua.globals().package.loaded.lakefs = _lakefs_module(lua, tx)
             table = _action_table(
                 lua,
