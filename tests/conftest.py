@@ -48,7 +48,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_lakefs"))
 
 #: Tests too slow to run twice: under --lakefs-backend=both they run on real lakeFS only.
-ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster")
+ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster", "delta")
 
 
 def pytest_configure(config: pytest.Config) -> None:

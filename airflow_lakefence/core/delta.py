@@ -132,6 +132,8 @@ class DeltaTableChange:
     :param input_version: the table's latest version at the input commit (``None``: no table there).
     :param new_versions: the versions the staged change adds, ascending and contiguous.
     :param data_files_added: how many data files (outside ``_delta_log/``) were added.
+    :param bookkeeping: the checkpoints, checksums and other log files Delta added or rewrote.
+    :param directory_markers: S3A directory markers (``<dir>/`` objects) added or removed under the root.
     """
 
     root: str
@@ -139,6 +141,7 @@ class DeltaTableChange:
     new_versions: tuple[int, ...]
     data_files_added: int = 0
     bookkeeping: tuple[str, ...] = field(default=(), compare=False)
+    directory_markers: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def published_version(self) -> int | None:
@@ -362,8 +365,14 @@ def _check_table(
     new_versions: list[int] = []
     data_added = 0
     bookkeeping: list[str] = []
+    markers: list[str] = []
     for change in sorted(changes, key=lambda c: c.path):
         rel = change.path[len(table.prefix) :]
+        if change.path.endswith("/"):
+            # An S3A directory marker (a zero-byte "<dir>/" object: Delta creates _delta_log/ and,
+            # from 4.x, _delta_log/_staged_commits/ with mkdirs). Nothing reads it as table content.
+            markers.append(change.path)
+            continue
         if not rel.startswith(DELTA_LOG_DIR):
             if change.type == "added":
                 data_added += 1
@@ -431,4 +440,6 @@ def _check_table(
             "A Delta write failed after writing its files, or files were written beside Delta: fix the job, "
             "then clear the task.",
         )
-    return DeltaTableChange(table.prefix, input_version, tuple(new_versions), data_added, tuple(bookkeeping))
+    return DeltaTableChange(
+        table.prefix, input_version, tuple(new_versions), data_added, tuple(bookkeeping), tuple(markers)
+    )

@@ -97,6 +97,9 @@ def ok(changes: list[tuple[str, str]], input_version: int | None = 4, **kwargs: 
         pytest.param([(v(5), "added")], 4, (5,), id="a commit without data (a delete, metadata)"),
         pytest.param([], 4, (), id="nothing changed"),
         pytest.param([(f"{LOG}_sidecars/{UUID}.parquet", "added"), (v(5), "added")], 4, (5,), id="sidecar"),
+        pytest.param([(LOG, "added"), (LOG + "_staged_commits/", "added"), (v(0), "added"), (ROOT + "day=x/", "removed")],
+                     None, (0,), id="S3A directory markers"),
+        pytest.param([(LOG + "_staged_commits/", "added")], 4, (), id="markers alone"),
     ],
 )
 def test_contiguous_appends_are_accepted(
