@@ -204,12 +204,8 @@ def test_a_repeated_write_in_one_attempt_is_a_no_op(
     got = counts(table_at(spark, repo, staged.commit))
     assert got[(day, 1)] == ROWS_PER_DAY and got[(day, 2)] == ROWS_PER_DAY
     # The log records the attempt's two app ids, each at version 0.
-    txn = [
-        json.loads(line)["txn"]
-        for v in (1, 2)
-        for line in repo.ref(staged.commit).object(f"{TABLE.log_prefix}{v:020d}.json").reader(mode="r").read().splitlines()
-        if '"txn"' in line
-    ]
+    log = [repo.ref(staged.commit).object(f"{TABLE.log_prefix}{v:020d}.json").reader(mode="r").read() for v in (1, 2)]
+    txn = [json.loads(line)["txn"] for text in log for line in text.splitlines() if '"txn"' in line]
     assert [(t["appId"].startswith("lakefence-lakefence-events-txn-t1-00000000-"), t["version"]) for t in txn] == [
         (True, 0),
         (True, 0),

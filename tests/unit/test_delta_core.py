@@ -97,8 +97,12 @@ def ok(changes: list[tuple[str, str]], input_version: int | None = 4, **kwargs: 
         pytest.param([(v(5), "added")], 4, (5,), id="a commit without data (a delete, metadata)"),
         pytest.param([], 4, (), id="nothing changed"),
         pytest.param([(f"{LOG}_sidecars/{UUID}.parquet", "added"), (v(5), "added")], 4, (5,), id="sidecar"),
-        pytest.param([(LOG, "added"), (LOG + "_staged_commits/", "added"), (v(0), "added"), (ROOT + "day=x/", "removed")],
-                     None, (0,), id="S3A directory markers"),
+        pytest.param(
+            [(LOG, "added"), (LOG + "_staged_commits/", "added"), (v(0), "added"), (ROOT + "day=x/", "removed")],
+            None,
+            (0,),
+            id="S3A directory markers",
+        ),
         pytest.param([(LOG + "_staged_commits/", "added")], 4, (), id="markers alone"),
     ],
 )
@@ -129,6 +133,8 @@ def test_contiguous_appends_are_accepted(
                      id="unknown log file"),
         pytest.param([(LOG + "_commits/00000000000000000005.x.json", "added")], 4, "Coordinated",
                      id="coordinated commits"),
+        pytest.param([(LOG + "_staged_commits/00000000000000000005.x.json", "added")], 4, "Coordinated",
+                     id="catalog-managed staged commit"),
         pytest.param([(v(5), "added"), ("tables/other/x.parquet", "added")], 4, "outside the declared",
                      id="outside the roots"),
         pytest.param([(v(5), "conflict")], 4, "unexpected diff entry", id="unknown change type"),
