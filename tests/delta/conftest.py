@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
-
 
 @pytest.fixture
 def gateway_lakefs(lakefs_server: Any) -> Any:

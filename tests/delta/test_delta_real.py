@@ -31,6 +31,8 @@ from airflow_lakefence.exceptions_delta import DeltaLogError
 from airflow_lakefence.spark import LakefenceLocations, configure_s3a
 from tests.conftest import TIER_FIGURES_PROPERTY
 
+pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
+
 pytestmark = [
     pytest.mark.delta,
     pytest.mark.spark,
