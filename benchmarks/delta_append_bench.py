@@ -12,6 +12,10 @@ One local SparkSession (Delta + S3A, as the Delta tier sets it up) against a rea
   docs/performance.md for those.)
 
 Both tables start from the same version 0; the variants alternate (bare first), ``--runs`` each.
+A third variant, **bare+txn**, is the bare append with ``txnAppId``/``txnVersion`` (Delta then
+reads the table's transaction records before writing), and **staged: write** is the Delta write
+alone inside the staged variant: together they split the staged variant's cost between Delta and
+the lakeFS steps.
 
     python benchmarks/delta_append_bench.py [--endpoint URL] [--rows 1000000] [--runs 1]
 
@@ -107,11 +111,19 @@ def main() -> None:
         repo.branch("bare").create("main")
         bare_uri = f"s3a://{repo.id}/bare/{TABLE_ROOT}"
 
-        timings: dict[str, list[float]] = {"bare": [], "staged": []}
+        timings: dict[str, list[float]] = {"bare": [], "bare+txn": [], "staged": [], "staged: write": []}
         for run in range(1, args.runs + 1):
             started = time.monotonic()
             batch(run).write.format("delta").mode("append").save(bare_uri)
             timings["bare"].append(time.monotonic() - started)
+
+            # The same bare append with idempotent-write options: Delta then reads the table's txn
+            # records (its snapshot state) before writing.
+            started = time.monotonic()
+            batch(run).write.format("delta").mode("append").options(
+                txnAppId=f"bench-bare-{run}", txnVersion="0"
+            ).save(bare_uri)
+            timings["bare+txn"].append(time.monotonic() - started)
 
             started = time.monotonic()
             input_commit = main_branch.get_commit().id
@@ -120,7 +132,9 @@ def main() -> None:
             locations = LakefenceLocations(url, repo.id, input_commit, staging, "direct", None)
             configure_s3a(spark, locations, env)
             target = delta_table(table, locations)
+            write_started = time.monotonic()
             batch(run).write.format("delta").mode("append").options(**target.write_options("bench")).save(target.uri)
+            timings["staged: write"].append(time.monotonic() - write_started)
             staged = branch.commit("stage").get_commit().id
             changes = [PathChange(c.path, c.type) for c in repo.ref(input_commit).diff(staged, type="two_dot")]
             log = [o.path for o in repo.ref(input_commit).objects(prefix=table.log_prefix)]
@@ -133,9 +147,10 @@ def main() -> None:
         for variant, values in timings.items():
             median = statistics.median(values)
             print(
-                f"{variant:7s} rows={args.rows} runs={len(values)} median_s={median:.2f} "
+                f"{variant:14s} rows={args.rows} runs={len(values)} median_s={median:.2f} "
                 f"rows_per_s={args.rows / median:,.0f} all_s={[round(v, 2) for v in values]}"
             )
+        print(f"load average after the run: {os.getloadavg()}")
         spark.stop()
         repo.delete()
 
