@@ -42,6 +42,9 @@ def delta_spark() -> Iterator[Any]:
         .config("spark.log.level", "WARN")
         # Delta rebuilds a snapshot's state in 50 partitions by default: far too many for small tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
+        # New tables checkpoint every 2 versions (default 10), so that the tests publish real
+        # checkpoints and _last_checkpoint rewrites through the check.
+        .config("spark.databricks.delta.properties.defaults.checkpointInterval", "2")
     )
     for key, value in COMMITTER_SETTINGS.items():
         builder = builder.config(f"spark.hadoop.{key}", value)

@@ -156,6 +156,7 @@ def test_daily_append_and_three_reruns_of_a_past_day(
     appended = publish(repo, staged)
 
     publications = [appended]
+    bookkeeping: list[str] = list(staged.change.bookkeeping)
     for run in (1, 2, 3):
 
         def rerun(table: DeltaTableLocation, run: int = run) -> None:
@@ -166,6 +167,7 @@ def test_daily_append_and_three_reruns_of_a_past_day(
         staged = stage(spark, gateway_lakefs, repo, head(repo), f"lakefence-events-rerun-t{run}-00000000", rerun)
         # Each re-run is one Delta version on from the then-HEAD's: 2, 3, 4.
         assert (staged.change.input_version, staged.change.new_versions) == (run, (run + 1,))
+        bookkeeping += staged.change.bookkeeping
         publications.append(publish(repo, staged))
 
     final = publications[-1]
@@ -175,6 +177,9 @@ def test_daily_append_and_three_reruns_of_a_past_day(
                         ("2026-11-04", 0): ROWS_PER_DAY})  # fmt: skip
     assert counts(table_at(spark, repo, final)) == expected
     assert log_versions(repo, final) == [0, 1, 2, 3, 4]
+    # Delta's checkpoints (every 2 versions here) and its _last_checkpoint rewrites passed the check.
+    names = {p.rsplit("/", 1)[1] for p in bookkeeping}
+    assert {f"{2:020d}.checkpoint.parquet", f"{4:020d}.checkpoint.parquet", "_last_checkpoint"} <= names, names
     # Time travel inside the published commit, and the earlier publications' commits, agree.
     assert counts(table_at(spark, repo, final, versionAsOf="0")) == Counter(
         {(d, 0): ROWS_PER_DAY for d in DAYS}
