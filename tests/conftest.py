@@ -48,7 +48,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_lakefs"))
 
 #: Tests too slow to run twice: under --lakefs-backend=both they run on real lakeFS only.
-ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster", "browser")
+ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster", "browser", "delta")
 
 # Which backend proves what, under --lakefs-backend=both (what CI runs; docs/backends.md):
 # - the protocol tiers (PROTOCOL_TIERS) test the product against lakeFS: real lakeFS, the reference,
@@ -70,6 +70,8 @@ LOCAL_SMOKE = (
     "tests/integration/test_sensors_monitoring_example.py::",
     "tests/integration/test_operator_usability.py::",
     "tests/hard_fence/test_operator_hard_fence.py::",
+    # the scoped hard fence (Lua diff_refs inside the merge) as DAG authors' local server runs it
+    "tests/hard_fence/test_scoped_hard_fence.py::",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"
