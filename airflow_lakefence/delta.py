@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_lakefence.core.delta import DeltaTableOutput
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.spark import (
     JobEnvironmentError,
-    LakefenceLocations,
     S3ASubmitOptions,
     lakefence_locations,
     s3a_submit_options,
@@ -140,7 +140,7 @@ class DeltaTableLocation:
     :param table: the declared table.
     """
 
-    locations: LakefenceLocations
+    locations: AttemptLocations
     table: DeltaTableOutput
 
     @property
@@ -189,7 +189,7 @@ class DeltaTableLocation:
 
 def delta_table(
     table: DeltaTableOutput | str,
-    locations: LakefenceLocations | None = None,
+    locations: AttemptLocations | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> DeltaTableLocation:
     """The declared table's locations for this attempt.

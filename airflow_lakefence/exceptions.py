@@ -13,7 +13,8 @@ The hierarchy::
     ├── InvalidInputError (ValueError)           bad arguments; raised before any lakeFS write
     │   ├── InputRefError                        input unknown, not a commit, or not on the target
     │   ├── HardFenceMissingError                hard_fence="require" but the input lacks it
-    │   └── S3AConfigError                       the S3A set-up cannot work
+    │   ├── S3AConfigError                       the S3A set-up cannot work
+    │   └── DeltaOutputModeError                 file-level replace declared on a Delta table root
     ├── WorkspaceError                           the job's workspace is missing or rejected
     ├── JobError                                 the attempt's job failed; nothing staged
     │   └── SparkJobError
@@ -23,11 +24,13 @@ The hierarchy::
     │   ├── OutputPrefixError                    changed paths outside output_prefixes
     │   ├── PublishRaceError                     another writer raced the publish
     │   │   └── HardFenceRaceError               lakeFS's hard fence refused the merge
-    │   └── MergeHookRejectedError               a user's pre-merge hook refused the merge
+    │   ├── MergeHookRejectedError               a user's pre-merge hook refused the merge
+    │   └── DeltaLogError                        a staged Delta change is not commits appended in order
     ├── PublishBudgetError                       too little time left to start publishing
     ├── HardFenceInstallError                    the hard fence could not be installed
     ├── RealLakeFSError                          real lakeFS could not be built or started (tests)
     │   └── GoToolchainMissingError
+    ├── PostgresError                            the tests' PostgreSQL cluster could not be started
     └── LakeFSError                              a lakeFS call failed (status, operation)
         ├── LakeFSBadRequestError                400
         │   ├── LakeFSNoChangesError             400 "no changes" (commit, merge)
@@ -47,6 +50,8 @@ The hierarchy::
 from __future__ import annotations
 
 __all__ = [
+    "DeltaLogError",
+    "DeltaOutputModeError",
     "GoToolchainMissingError",
     "HardFenceInstallError",
     "HardFenceMissingError",
@@ -72,6 +77,7 @@ __all__ = [
     "LakeFenceError",
     "MergeHookRejectedError",
     "OutputPrefixError",
+    "PostgresError",
     "PublishBudgetError",
     "PublishFenceError",
     "PublishRaceError",
@@ -301,5 +307,33 @@ class RealLakeFSError(LakeFenceError):
     """Real lakeFS could not be built or started (the message says why)."""
 
 
+class PostgresError(LakeFenceError):
+    """The test PostgreSQL cluster could not be found, created or started (the message says why)."""
+
+
 class GoToolchainMissingError(RealLakeFSError):
     """No ``go`` command: real lakeFS cannot be built here."""
+
+
+class DeltaOutputModeError(InvalidInputError):
+    """A declared Delta table root would be touched by file-level ``output_mode="replace"``.
+
+    Raised before the job: replacing files under a table root deletes the log entries and data
+    files the table's new version still references.
+    """
+
+
+class DeltaLogError(PublishFenceError):
+    """The staged change under a Delta table root is not Delta commits appended on from the input.
+
+    Raised before publishing; nothing was published and the staging branch is kept as evidence.
+
+    :param message: what was found and what to do.
+    :param staging_branch: the staging branch kept as evidence, if known.
+    :param table_root: the declared table root the change was found under (``None`` for a change
+        outside every declared root).
+    """
+
+    def __init__(self, message: str, *, staging_branch: str | None = None, table_root: str | None = None) -> None:
+        super().__init__(message, staging_branch=staging_branch)
+        self.table_root = table_root

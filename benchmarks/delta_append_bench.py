@@ -44,15 +44,18 @@ TABLE_ROOT = "tables/events"
 def lakefs_endpoint(endpoint: str | None) -> Iterator[tuple[str, str, str]]:
     """(url, key id, secret) of the given lakeFS, or of one launched for the run."""
     if endpoint:
-        yield endpoint.rstrip("/").removesuffix("/api/v1"), os.environ["LAKEFS_ACCESS_KEY_ID"], os.environ[
-            "LAKEFS_SECRET_ACCESS_KEY"
-        ]
+        yield (
+            endpoint.rstrip("/").removesuffix("/api/v1"),
+            os.environ["LAKEFS_ACCESS_KEY_ID"],
+            os.environ["LAKEFS_SECRET_ACCESS_KEY"],
+        )
         return
     from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
-    with tempfile.TemporaryDirectory(prefix="lakefence-delta-bench-") as tmp, RealLakeFS(
-        ensure_lakefs_binary(), Path(tmp)
-    ) as real:
+    with (
+        tempfile.TemporaryDirectory(prefix="lakefence-delta-bench-") as tmp,
+        RealLakeFS(ensure_lakefs_binary(), Path(tmp)) as real,
+    ):
         yield real.url, real.access_key_id, real.secret_access_key
 
 
@@ -88,8 +91,9 @@ def main() -> None:
     import lakefs
 
     from airflow_lakefence.core.delta import DeltaTableOutput, PathChange, check_delta_changes, latest_version
+    from airflow_lakefence.core.locations import AttemptLocations
     from airflow_lakefence.delta import delta_table
-    from airflow_lakefence.spark import LakefenceLocations, configure_s3a
+    from airflow_lakefence.spark import configure_s3a
 
     table = DeltaTableOutput(TABLE_ROOT)
     with lakefs_endpoint(args.endpoint) as (url, key, secret):
@@ -104,7 +108,15 @@ def main() -> None:
             return spark.range(args.rows).selectExpr(f"'2026-11-{10 + run:02d}' as day", "id", f"{run} as run")
 
         # Version 0 on main, then a branch "bare" from it: both variants append to the same table.
-        seed = LakefenceLocations(url, repo.id, main_branch.get_commit().id, "main", "direct", None)
+        seed = AttemptLocations(
+            repository=repo.id,
+            target_branch=None,
+            input_commit=main_branch.get_commit().id,
+            staging_branch="main",
+            workspace=None,
+            write_mode="direct",
+            endpoint=url,
+        )
         configure_s3a(spark, seed, env)
         batch(0).limit(10).write.format("delta").partitionBy("day").save(delta_table(table, seed).uri)
         main_branch.commit("version 0")
@@ -120,16 +132,24 @@ def main() -> None:
             # The same bare append with idempotent-write options: Delta then reads the table's txn
             # records (its snapshot state) before writing.
             started = time.monotonic()
-            batch(run).write.format("delta").mode("append").options(
-                txnAppId=f"bench-bare-{run}", txnVersion="0"
-            ).save(bare_uri)
+            batch(run).write.format("delta").mode("append").options(txnAppId=f"bench-bare-{run}", txnVersion="0").save(
+                bare_uri
+            )
             timings["bare+txn"].append(time.monotonic() - started)
 
             started = time.monotonic()
             input_commit = main_branch.get_commit().id
             staging = f"lakefence-bench-t{run}-{uuid.uuid4().hex[:8]}"
             branch = repo.branch(staging).create(input_commit, hidden=True)
-            locations = LakefenceLocations(url, repo.id, input_commit, staging, "direct", None)
+            locations = AttemptLocations(
+                repository=repo.id,
+                target_branch=None,
+                input_commit=input_commit,
+                staging_branch=staging,
+                workspace=None,
+                write_mode="direct",
+                endpoint=url,
+            )
             configure_s3a(spark, locations, env)
             target = delta_table(table, locations)
             write_started = time.monotonic()

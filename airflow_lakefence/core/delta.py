@@ -27,8 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from airflow_lakefence.exceptions import InvalidInputError
-from airflow_lakefence.exceptions_delta import DeltaLogError, DeltaOutputModeError
+from airflow_lakefence.exceptions import DeltaLogError, DeltaOutputModeError, InvalidInputError
 
 __all__ = [
     "CHANGE_TYPES",

@@ -38,15 +38,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from airflow_lakefence.exceptions import LakeFenceError
+from airflow_lakefence.exceptions import PostgresError as PostgresError  # re-exported: its first home
 
 BINDIR_ENV = "LAKEFENCE_POSTGRES_BINDIR"
 #: The superuser ``initdb`` creates (trust authentication: no password).
 SUPERUSER = "postgres"
-
-
-class PostgresError(LakeFenceError):
-    """The test PostgreSQL cluster could not be found, created or started (the message says why)."""
 
 
 def postgres_bindir() -> Path | None:

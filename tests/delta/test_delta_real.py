@@ -26,9 +26,10 @@ from airflow_lakefence.core.delta import (
     check_delta_changes,
     latest_version,
 )
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.delta import DeltaTableLocation, delta_table
-from airflow_lakefence.exceptions_delta import DeltaLogError
-from airflow_lakefence.spark import LakefenceLocations, configure_s3a
+from airflow_lakefence.exceptions import DeltaLogError
+from airflow_lakefence.spark import configure_s3a
 from tests.conftest import TIER_FIGURES_PROPERTY
 
 pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
@@ -82,7 +83,15 @@ def stage(
 ) -> Staged:
     """A staging branch from ``input_commit``, the job's Delta writes, a commit, and the Delta check."""
     branch = repo.branch(name).create(input_commit, hidden=True)
-    locations = LakefenceLocations(server.url, repo.id, input_commit, name, "direct", None)
+    locations = AttemptLocations(
+        repository=repo.id,
+        target_branch=None,
+        input_commit=input_commit,
+        staging_branch=name,
+        workspace=None,
+        write_mode="direct",
+        endpoint=server.url,
+    )
     # What lakefence_spark_session does inside a job, for a session shared by the module's attempts.
     configure_s3a(
         spark,
@@ -181,9 +190,7 @@ def test_daily_append_and_three_reruns_of_a_past_day(
     names = {p.rsplit("/", 1)[1] for p in bookkeeping}
     assert {f"{2:020d}.checkpoint.parquet", f"{4:020d}.checkpoint.parquet", "_last_checkpoint"} <= names, names
     # Time travel inside the published commit, and the earlier publications' commits, agree.
-    assert counts(table_at(spark, repo, final, versionAsOf="0")) == Counter(
-        {(d, 0): ROWS_PER_DAY for d in DAYS}
-    )
+    assert counts(table_at(spark, repo, final, versionAsOf="0")) == Counter({(d, 0): ROWS_PER_DAY for d in DAYS})
     assert counts(table_at(spark, repo, final, versionAsOf="2"))[(DAYS[1], 1)] == ROWS_PER_DAY
     assert counts(table_at(spark, repo, publications[1])) == counts(table_at(spark, repo, final, versionAsOf="2"))
     assert counts(table_at(spark, repo, first)) == Counter({(d, 0): ROWS_PER_DAY for d in DAYS})
@@ -202,9 +209,9 @@ def test_a_repeated_write_in_one_attempt_is_a_no_op(
         for _ in range(2):  # a driver re-run by the cluster manager repeats the same write
             rows(spark, day, 1).write.format("delta").mode("append").options(**options).save(table.uri)
         # The same data under another write name is a new write: the skip came from the txn options.
-        rows(spark, day, 2).write.format("delta").mode("append").options(
-            **table.write_options("something-else")
-        ).save(table.uri)
+        rows(spark, day, 2).write.format("delta").mode("append").options(**table.write_options("something-else")).save(
+            table.uri
+        )
 
     staged = stage(spark, gateway_lakefs, repo, published, "lakefence-events-txn-t1-00000000", job)
     assert staged.change.new_versions == (1, 2)

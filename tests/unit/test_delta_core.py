@@ -14,8 +14,13 @@ from airflow_lakefence.core.delta import (
     latest_version,
     normalise_table_roots,
 )
-from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError, PublishFenceError
-from airflow_lakefence.exceptions_delta import DeltaLogError, DeltaOutputModeError
+from airflow_lakefence.exceptions import (
+    DeltaLogError,
+    DeltaOutputModeError,
+    InvalidInputError,
+    LakeFenceError,
+    PublishFenceError,
+)
 
 ROOT = "tables/events/"
 LOG = ROOT + "_delta_log/"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from airflow_lakefence.core.delta import DeltaTableOutput
+from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.delta import (
     DELTA_SESSION_CONF,
     delta_package,
@@ -15,7 +16,7 @@ from airflow_lakefence.delta import (
     txn_app_id,
     with_delta,
 )
-from airflow_lakefence.spark import JobEnvironmentError, LakefenceLocations
+from airflow_lakefence.spark import JobEnvironmentError
 
 STAGING = "lakefence-events_daily-0123456789abcdef-t2-89abcdef"
 ENV = {
@@ -34,7 +35,15 @@ def test_the_table_is_on_the_staging_branch_and_read_at_the_input_commit() -> No
 
 
 def test_workspace_mode_is_refused_because_delta_would_start_a_new_table(tmp_path: Path) -> None:
-    locations = LakefenceLocations("http://x", "lake", "c" * 64, STAGING, "workspace", tmp_path)
+    locations = AttemptLocations(
+        repository="lake",
+        target_branch=None,
+        input_commit="c" * 64,
+        staging_branch=STAGING,
+        workspace=tmp_path,
+        write_mode="workspace",
+        endpoint="http://x",
+    )
     with pytest.raises(JobEnvironmentError, match="needs write_mode='direct'"):
         _ = delta_table(DeltaTableOutput("tables/events"), locations).uri
 
