@@ -1,7 +1,9 @@
-"""Extra links from a task to what it wrote in lakeFS, computed from that try's XCom.
+"""Extra links from a task to what it wrote in lakeFS, computed from that try's outcome or XCom.
 
 Airflow computes extra links in the worker when a try ends and stores them per try, so a retry
-links to its own commit and staging branch, never to an earlier try's.
+links to its own commit and staging branch, never to an earlier try's. A fenced task that reported
+an outcome links from it (the values it pushed as XCom), without reading them back; otherwise (a
+failed try, a sensor) the links read the try's XCom.
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ def branch_url(ui_base_url: str, repository: str, branch: str) -> str:
     return f"{ui_base_url}/repositories/{urllib.parse.quote(repository)}/objects?{query}"
 
 
+def _ui_base(operator: Any) -> str:
+    """The lakeFS UI base URL of the operator's connection (its own hook when it has one)."""
+    hook = getattr(operator, "lakefs_hook", None)
+    if not isinstance(hook, LakeFSHook):
+        hook = LakeFSHook(getattr(operator, "lakefs_conn_id", LakeFSHook.default_conn_name))
+    return str(hook.settings["ui_base_url"])
+
+
+def _reported(operator: Any, ti_key: Any, name: str) -> Any:
+    """The value the try reported under XCom ``name``: from the outcome the operator kept in this
+    process when it has one (the same value it pushed), else read from XCom."""
+    outcome = getattr(operator, "_outcome", None)
+    if outcome is not None and hasattr(outcome, name):
+        return getattr(outcome, name)
+    return xcom_value(ti_key, name)
+
+
 class _LakeFSXComLink(BaseOperatorLink):
     """A link built from one XCom value of the try and the operator's repository and connection."""
 
@@ -50,12 +69,11 @@ class _LakeFSXComLink(BaseOperatorLink):
         :param operator: the task.
         :param ti_key: the task instance (key) whose XCom is read.
         """
-        value = xcom_value(ti_key, self.source_key)
+        value = _reported(operator, ti_key, self.source_key)
         repository = getattr(operator, "repository", None)
         if not value or not repository:
             return ""
-        base = LakeFSHook(getattr(operator, "lakefs_conn_id", LakeFSHook.default_conn_name)).settings["ui_base_url"]
-        return self._build(str(base), str(repository), str(value))
+        return self._build(_ui_base(operator), str(repository), str(value))
 
 
 class LakeFSCommitLink(_LakeFSXComLink):
@@ -85,11 +103,10 @@ class LakeFSStagingLink(_LakeFSXComLink):
         :param operator: the task.
         :param ti_key: the task instance (key) whose XCom is read.
         """
-        staged = xcom_value(ti_key, "staged_commit")
+        staged = _reported(operator, ti_key, "staged_commit")
         repository = getattr(operator, "repository", None)
         if staged and repository:
-            base = LakeFSHook(getattr(operator, "lakefs_conn_id", LakeFSHook.default_conn_name)).settings["ui_base_url"]
-            return commit_url(str(base), str(repository), str(staged))
+            return commit_url(_ui_base(operator), str(repository), str(staged))
         return super().get_link(operator, ti_key=ti_key)
 
     def _build(self, ui_base_url: str, repository: str, value: str) -> str:

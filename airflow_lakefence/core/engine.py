@@ -123,8 +123,10 @@ class PublishEngine:
         self.fence.arm()  # step 2
         attempt = self.fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
-        with guard.stale_if_cleared("before the job", staging):
-            pinned = pinned_input(self.run_state, req.input_ref)  # the input is resolved once per run
+        pinned = None
+        if attempt.try_number > 1:  # try numbers only grow: a first try has no earlier try's pin to read
+            with guard.stale_if_cleared("before the job", staging):
+                pinned = pinned_input(self.run_state, req.input_ref)  # the input is resolved once per run
         input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
         if early.action is Action.FAIL_CLOSED:
@@ -140,7 +142,7 @@ class PublishEngine:
                 with guard.stale_if_cleared("before the job", staging):
                     pin_input(self.run_state, req.input_ref, input_commit)
             tell.staging_created(staging)
-            publisher.check_hard_fence(input_commit)
+            publisher.check_hard_fence(input_commit, target_head)
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, publisher, attempt, staging, input_commit)  # steps 4-6
@@ -160,20 +162,26 @@ class PublishEngine:
             replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
             with guard.stale_if_cleared("before reporting", staging):  # cleared since the check above
                 record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
-            evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
-            result = PublishResult(
-                output_ref=output_ref,
-                decision=decision.action.value,
-                input_ref=input_commit,
-                staged_commit=staged.id,
-                staging_branch=staging,
-                reason=_superseding_reason(superseded, decision.action) if replaced else decision.reason,
-                target_head=target_head.commit_id,
-                files=len(workspace.files),
-                bytes=workspace.size,
-                supersedes=superseded if replaced else None,
-            )
-            tell.published(result)  # step 12
+            # Step 12's delete of S runs while the outcome is reported (each XCom push is a request to
+            # the API server): nothing from here on keeps S, and the try waits for the delete.
+            deleting = guard.delete_in_background(staging)
+            try:
+                evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
+                result = PublishResult(
+                    output_ref=output_ref,
+                    decision=decision.action.value,
+                    input_ref=input_commit,
+                    staged_commit=staged.id,
+                    staging_branch=staging,
+                    reason=_superseding_reason(superseded, decision.action) if replaced else decision.reason,
+                    target_head=target_head.commit_id,
+                    files=len(workspace.files),
+                    bytes=workspace.size,
+                    supersedes=superseded if replaced else None,
+                )
+                tell.published(result)  # step 12
+            finally:
+                deleting.result()
             failpoints.hit("after_xcom")
             return result
         except PublishFenceError as exc:

@@ -16,7 +16,9 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -161,6 +163,31 @@ class AttemptGuard:
                 f"{self.publish_budget:.1f}s: not publishing"
             )
 
+    def delete_in_background(self, branch: str) -> Future[None]:
+        """Start :meth:`delete_quietly` of ``branch`` in a thread; the caller waits for the result.
+
+        The branch counts as deleted at once: a later :meth:`delete_quietly` of it does nothing.
+
+        :param branch: the branch.
+        :return: done when the delete is; its ``result()`` raises what the delete raised unexpectedly.
+        """
+        future: Future[None] = Future()
+        if branch in self._deleted:
+            future.set_result(None)
+            return future
+        self._deleted.add(branch)
+
+        def delete() -> None:
+            try:
+                self._delete(branch)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+        threading.Thread(target=delete, name=f"lakefence delete {branch}", daemon=True).start()
+        return future
+
     def delete_quietly(self, branch: str) -> None:
         """Delete a branch of this attempt once; a failure is logged (the cleaner will delete it).
 
@@ -169,6 +196,9 @@ class AttemptGuard:
         if branch in self._deleted:
             return
         self._deleted.add(branch)
+        self._delete(branch)
+
+    def _delete(self, branch: str) -> None:
         try:
             self.lakefs.delete_branch(self.repository, branch)
         except LakeFenceError as exc:

@@ -52,6 +52,9 @@ ACTION_PATH = "_lakefs_actions/lakefence_hard_fence.yaml"
 EXPECTED_HEAD_KEY = "lakefence.expected_head"
 #: The merge metadata key marking the merge that installs the fence.
 INSTALL_KEY = "lakefence.hard_fence_install"
+#: The merge metadata key with which a lakefence publication vouches for its own tree: the action
+#: file is exactly the one the version named here shipped (see :func:`vouched_check`).
+FENCE_KEY = "lakefence.hard_fence"
 #: The merge metadata key holding how many scope prefixes a scoped merge names (``"1"``...).
 SCOPE_COUNT_KEY = "lakefence.scope.count"
 #: The merge metadata keys of the scope prefixes themselves: ``lakefence.scope.1`` ... (1-based).
@@ -551,6 +554,51 @@ def unwind_ref(
 # -- checking a commit ------------------------------------------------------------------------
 
 
+def fence_vouch_metadata(version: int) -> dict[str, str]:
+    """Return the merge metadata with which a publication vouches for the hard fence in its tree.
+
+    Only for a merge that names its expected head and whose source changed nothing under
+    ``_lakefs_actions/``: its tree then holds the input's action file, which was version ``version``.
+
+    :param version: the version of the fence on the publication's input.
+    """
+    return {FENCE_KEY: str(version)}
+
+
+def vouched_check(
+    metadata: Mapping[str, str] | None, first_parent: str | None, *, where: str = "the commit"
+) -> FenceCheck | None:
+    """Judge the hard fence on a commit from the commit's own metadata, without reading its tree.
+
+    Two kinds of lakefence merge vouch for the action file in their tree: the installer's
+    (:data:`INSTALL_KEY`: its source is the file it uploaded on top of the expected head) and a
+    publication whose source left ``_lakefs_actions/`` as its input had it (:data:`FENCE_KEY`).
+    Either merge's tree is its source applied to its first parent, which equals the expected head it
+    names (:data:`EXPECTED_HEAD_KEY`): the version named is the file in the tree. Metadata copied onto
+    a commit with another first parent (a cherry-pick elsewhere) vouches for nothing; neither does a
+    version this package cannot judge. ``lakefence.*`` keys are reserved: a user's commit metadata
+    cannot carry them through the operators.
+
+    :param metadata: the commit's metadata.
+    :param first_parent: the commit's first parent (the merge destination's HEAD it was computed on).
+    :param where: names the commit in the message.
+    :return: the check, or ``None`` when the commit does not vouch (read the file then).
+    """
+    meta = metadata or {}
+    expected = expected_head_of(meta)
+    if expected is None or expected != first_parent:
+        return None
+    value = meta.get(FENCE_KEY) or meta.get(INSTALL_KEY) or ""
+    if not value.isdigit():
+        return None
+    version = int(value)
+    if version in _LUA_SCRIPTS:
+        return check_action(render_action(version), where=where)
+    if version > HARD_FENCE_VERSION:  # a newer package's fence: judged as its file would be
+        return check_action(f"{_VERSION_LINE}{version}\n", where=where)
+    return None
+
+
 class FenceReadPort(Protocol):
     """The one lakeFS read the fence check needs (the adapter has it)."""
 
@@ -565,16 +613,28 @@ _CHECKED_LOCK = threading.Lock()
 _CHECKED_MAX = 1024
 
 
-def check_ref(port: FenceReadPort, repository: str, ref: str) -> FenceCheck:
-    """Judge the hard fence on ``ref``: one ``getObject`` call, none for a commit checked before.
+def check_ref(
+    port: FenceReadPort,
+    repository: str,
+    ref: str,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    first_parent: str | None = None,
+) -> FenceCheck:
+    """Judge the hard fence on ``ref``: one ``getObject`` call, none for a commit checked before or
+    one that vouches for its fence.
 
     A commit id names its tree (lakeFS commit ids are content hashes over it), so the answer for a
     commit never changes and is remembered for the process; a branch or tag is read every time.
+    When the caller has read the commit already (the target's HEAD is the input), its metadata and
+    first parent may answer without a call (:func:`vouched_check`).
     The caller vouches that the repository and ref exist: a 404 reads as "no action file".
 
     :param port: the lakeFS adapter.
     :param repository: the repository.
     :param ref: a commit id (cached) or another ref.
+    :param metadata: the metadata of the commit ``ref`` names, if the caller read it.
+    :param first_parent: that commit's first parent.
     :raises LakeFSError: when lakeFS cannot answer.
     """
     cacheable = bool(_COMMIT_ID_RE.fullmatch(ref))
@@ -584,10 +644,14 @@ def check_ref(port: FenceReadPort, repository: str, ref: str) -> FenceCheck:
         if known is not None:
             return known
     where = f"{ref!r} in {repository!r}"
-    try:
-        check = check_action(port.read_object(repository, ref, ACTION_PATH), where=where)
-    except LakeFSNotFoundError:
-        check = check_action(None, where=where)
+    vouched = vouched_check(metadata, first_parent, where=where) if metadata is not None else None
+    if vouched is not None:
+        check = vouched
+    else:
+        try:
+            check = check_action(port.read_object(repository, ref, ACTION_PATH), where=where)
+        except LakeFSNotFoundError:
+            check = check_action(None, where=where)
     if cacheable:
         with _CHECKED_LOCK:
             if len(_CHECKED) >= _CHECKED_MAX:

@@ -23,7 +23,7 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.guard import AttemptGuard
-from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata
+from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata, fence_vouch_metadata
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
@@ -91,27 +91,44 @@ class Publisher:
         # and whether the staged commit still carries it unchanged (then the merge needs no verify).
         self.hard_fence = False
         self.hard_fence_intact = False
+        #: The version of the fence on the input (what an intact publication vouches for).
+        self.fence_version: int | None = None
 
     # -- the hard fence (docs/hard-fence.md) ---------------------------------------------------
 
-    def check_hard_fence(self, input_commit: str) -> None:
+    def check_hard_fence(self, input_commit: str, head: HeadState | None = None) -> None:
         """Before the job: does lakeFS run the hard fence on merges built on the input? (0 or 1 call).
 
+        No call when the target's HEAD, read in step 1, is the input and vouches for its fence (the
+        installer's merge, or a publication that kept the fence intact): see
+        :func:`~airflow_lakefence.core.hardfence.vouched_check`.
+
         :param input_commit: the input commit.
+        :param head: the target's HEAD read in step 1, if any.
         :raises HardFenceMissingError: with ``hard_fence="require"`` when it does not.
         """
         mode = self.request.hard_fence
         if mode == "off":
             return
-        check = check_ref(self.lakefs, self.request.repository, input_commit)
+        known = head is not None and head.commit_id == input_commit
+        check = check_ref(
+            self.lakefs,
+            self.request.repository,
+            input_commit,
+            metadata=head.metadata if known and head is not None else None,
+            first_parent=head.first_parent if known and head is not None else None,
+        )
         if not check.enforced and mode == "require":
             raise HardFenceMissingError(f"hard_fence='require': {check.message}")
         self.hard_fence = self.hard_fence_intact = check.enforced
+        self.fence_version = check.installed_version
         # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
-        # keep it out: then the merge is still verified after acting.
+        # keep it out, and a declared prefix inside the actions' directory lets the job (or, with
+        # output_mode="replace", the engine itself) change it: then the merge is still verified after
+        # acting.
         prefixes = self.request.prefixes
-        unguarded = not prefixes or any(p.startswith(_ACTIONS_DIR) for p in prefixes)
-        if self.request.write_mode == "direct" and unguarded:
+        inside = any(p.startswith(_ACTIONS_DIR) for p in prefixes)
+        if inside or (self.request.write_mode == "direct" and not prefixes):
             self.hard_fence_intact = False
         self.log.info("Hard fence: %s", check.message)
 
@@ -262,6 +279,10 @@ class Publisher:
         head: HeadState,
     ) -> str:
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        if self.hard_fence_intact and self.fence_version is not None:
+            # The publication's tree keeps the input's action file: the next attempt that builds on
+            # it learns the fence from its metadata, without reading the file.
+            metadata = {**metadata, **fence_vouch_metadata(self.fence_version)}
         try:
             merge_ref = client.merge(repo, staged, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
         except LakeFSHookRejectedError as exc:

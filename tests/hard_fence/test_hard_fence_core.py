@@ -117,3 +117,39 @@ def test_expected_head_metadata_round_trip() -> None:
     assert hf.expected_head_of({}) is None and hf.expected_head_of(None) is None
     with pytest.raises(ValueError):
         hf.expected_head_metadata("")
+
+
+def test_a_lakefence_merge_vouches_for_its_fence_only_on_its_expected_head() -> None:
+    publication = {**hf.expected_head_metadata(HEAD), **hf.fence_vouch_metadata(hf.HARD_FENCE_VERSION)}
+    check = hf.vouched_check(publication, HEAD)
+    assert check is not None and check.status is hf.FenceStatus.OK and check.enforced and check.scoped
+    install = {**hf.expected_head_metadata(HEAD), hf.INSTALL_KEY: "1"}
+    old = hf.vouched_check(install, HEAD)
+    assert old is not None and old.status is hf.FenceStatus.OUTDATED and old.enforced and not old.scoped
+    newer = hf.vouched_check({**publication, hf.FENCE_KEY: str(hf.HARD_FENCE_VERSION + 1)}, HEAD)
+    assert newer is not None and newer.status is hf.FenceStatus.NEWER
+    # The metadata on a commit computed on another head (a cherry-pick elsewhere) vouches for nothing,
+    # nor does a commit naming no expected head, no version, or a version never shipped.
+    assert hf.vouched_check(publication, OTHER) is None
+    assert hf.vouched_check(publication, None) is None
+    assert hf.vouched_check(hf.fence_vouch_metadata(hf.HARD_FENCE_VERSION), HEAD) is None
+    assert hf.vouched_check(hf.expected_head_metadata(HEAD), HEAD) is None
+    assert hf.vouched_check({**publication, hf.FENCE_KEY: "0"}, HEAD) is None
+    assert hf.vouched_check({**publication, hf.FENCE_KEY: "two"}, HEAD) is None
+
+
+def test_check_ref_reads_the_file_unless_the_commit_vouches() -> None:
+    reads: list[str] = []
+
+    class Port:
+        def read_object(self, repository: str, ref: str, path: str) -> bytes:
+            reads.append(ref)
+            return hf.render_action_bytes()
+
+    hf.forget_checks()
+    vouching = {**hf.expected_head_metadata(HEAD), hf.INSTALL_KEY: str(hf.HARD_FENCE_VERSION)}
+    assert hf.check_ref(Port(), "repo", "a" * 64, metadata=vouching, first_parent=HEAD).enforced
+    assert reads == []
+    assert hf.check_ref(Port(), "repo", "b" * 64, metadata=vouching, first_parent=OTHER).enforced
+    assert reads == ["b" * 64]
+    hf.forget_checks()

@@ -158,12 +158,54 @@ def test_first_try_merge_with_the_fence_costs_three_calls_after_the_job(
     repo, input_commit = fenced
     run = publish(adapter, repo, input_commit, 1, {"out/a.txt": "a"}, hard_fence="require")
     assert run.error is None and run.result is not None and run.result.decision == "merge"
-    assert run.before_job == {"get_commit": 1, "create_branch": 1, "get_object": 1}
+    # The input is the target's HEAD, the installer's merge: it vouches for the fence (no getObject).
+    assert run.before_job == {"get_commit": 1, "create_branch": 1}
     assert run.after == {"upload_object": 1, "commit": 1, "merge": 1, "delete_branch": 1}
     merged = adapter.get_commit(repo.id, "main")
     assert merged.id == run.result.output_ref and merged.parents[0] == input_commit
     assert merged.metadata[hf.EXPECTED_HEAD_KEY] == input_commit
+    # The publication left the action file as it was, and says so for the next attempt.
+    assert merged.metadata[hf.FENCE_KEY] == str(hf.HARD_FENCE_VERSION)
+    assert repo.ref(merged.id).object(hf.ACTION_PATH).reader().read() == hf.render_action_bytes()
     assert tree(repo, "main")["out/a.txt"] == b"a"
+
+
+def test_a_publication_vouches_for_the_fence_of_the_next_one(
+    adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
+) -> None:
+    """The next run builds on the publication (the target's HEAD): no getObject, in a new process too."""
+    repo, input_commit = fenced
+    first = publish(adapter, repo, input_commit, 1, {"out/a.txt": "a"}, hard_fence="require")
+    assert first.result is not None
+    run = publish(adapter, repo, first.result.output_ref, 1, {"out/b.txt": "b"}, hard_fence="require")
+    assert run.error is None and run.result is not None and run.result.decision == "merge"
+    assert run.before_job == {"get_commit": 1, "create_branch": 1}
+    assert run.after == {"upload_object": 1, "commit": 1, "merge": 1, "delete_branch": 1}
+    assert adapter.get_commit(repo.id, "main").parents[0] == first.result.output_ref
+
+
+def test_a_head_that_does_not_vouch_is_read(adapter: CountingClient, fenced: tuple[lakefs.Repository, str]) -> None:
+    """A user's commit on the target says nothing about the fence: the action file is read (one getObject)."""
+    repo, _ = fenced
+    user_commit = commit_on(repo, "main", {"in/more.txt": b"more"}, "a user's commit")
+    run = publish(adapter, repo, user_commit, 1, {"out/a.txt": "a"}, hard_fence="require")
+    assert run.error is None and run.result is not None and run.result.decision == "merge"
+    assert run.before_job == {"get_commit": 1, "create_branch": 1, "get_object": 1}
+    assert adapter.get_commit(repo.id, "main").metadata[hf.FENCE_KEY] == str(hf.HARD_FENCE_VERSION)
+
+
+def test_a_job_writing_under_the_actions_directory_is_verified_and_vouches_for_nothing(
+    adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = fenced
+    # The fence's own file, rewritten as it is: any write there voids what the engine knows.
+    files = {"out/a.txt": "a", hf.ACTION_PATH: hf.render_action()}
+    run = publish(adapter, repo, input_commit, 1, files, hard_fence="require")
+    assert run.error is None and run.result is not None and run.result.decision == "merge"
+    # The staged commit may no longer carry the fence: the merge is verified, and vouches for nothing.
+    assert run.after == {"upload_object": 2, "commit": 1, "merge": 1, "get_commit": 1, "delete_branch": 1}
+    merged = adapter.get_commit(repo.id, "main")
+    assert merged.parents[0] == input_commit and hf.FENCE_KEY not in merged.metadata
 
 
 def test_soft_merge_also_names_its_expected_head_and_costs_five(

@@ -86,20 +86,26 @@ MAX_CALLS_AFTER_JOB = 5
 FENCE_MESSAGES = ("SetTaskStateStore", "GetTaskStateStore", "GetTaskStates")
 FENCE_CHECK = {"GetTaskStateStore": 1, "GetTaskStates": 1}
 MAX_API_CALLS_PER_CHECK = 2
-#: Before the job: arming the fence (one write) and the run state: the input pin is read
-#: and, on a first try, written; a retry also reads the evidence list and the reported publication.
-ARM_FIRST_TRY = {"SetTaskStateStore": 2, "GetTaskStateStore": 1}
+#: Before the job: arming the fence (one write) and the run state: a first try writes the input pin
+#: (no earlier try can have pinned one: try numbers only grow, so it reads none); a retry reads the
+#: pin, the evidence list and the reported publication.
+ARM_FIRST_TRY = {"SetTaskStateStore": 2}
 ARM_RETRY = {"SetTaskStateStore": 1, "GetTaskStateStore": 3}
-#: A first try refused before the job: armed, the pin read, and not written (nothing is written).
-ARM_REFUSED = {"SetTaskStateStore": 1, "GetTaskStateStore": 1}
+#: A first try refused before the job: armed, and the pin not written (nothing is written).
+ARM_REFUSED = {"SetTaskStateStore": 1}
 #: A try that publishes records what it reports in the run state right after its last fence check.
 REPORT_RECORD = {"SetTaskStateStore": 1}
 
 # -- the hard fence's table (docs/hard-fence.md, "Cost of each path") -----------------------------
-#: Before the job, ``hard_fence="require"`` adds one getObject (the action file on the input commit;
-#: each try here runs as in a new worker process, which remembers no check).
-HF_BEFORE = {"soft": _BEFORE, "hard": {**_BEFORE, "getObject": 1}}
+#: Before the job, ``hard_fence="require"`` reads the action file on the input commit (one getObject;
+#: each try here runs as in a new worker process, which remembers no check) unless the target's HEAD
+#: is the input and vouches for its fence (the installer's merge, or an intact publication): a first
+#: try on the fenced input costs what the soft fence does; a retry over an earlier try's
+#: publication (HEAD is not the input) reads the file.
+HF_BEFORE = {"soft": _BEFORE, "hard": _BEFORE}
 HF_BEFORE_RETRY = {"soft": _BEFORE_RETRY, "hard": {**_BEFORE_RETRY, "getObject": 1}}
+#: A retry whose target HEAD is the input again (an earlier try's publication not there yet).
+HF_BEFORE_RETRY_ON_INPUT = {"soft": _BEFORE_RETRY, "hard": _BEFORE_RETRY}
 #: What a merge-only replacement adds to its merges: createBranch and revertBranch (the temporary
 #: branch from the abandoned publication), deleteBranch of it (besides the staging branch's).
 _BY_MERGES = {"createBranch": 1, "revertBranch": 1, "deleteBranch": 2}
@@ -736,9 +742,16 @@ def test_a_stale_answer_costs_at_most_two_api_calls(
 # -- the hard fence's table (docs/hard-fence.md) -----------------------------------------------
 
 
-def assert_hard_fence_row(attempt: Attempt, decision: str, fence: str, *, retry: bool, uploads: int) -> None:
-    """The lakeFS calls of ``attempt`` are exactly the hard-fence table's row (plus its uploads)."""
-    before = (HF_BEFORE_RETRY if retry else HF_BEFORE)[fence]
+def assert_hard_fence_row(
+    attempt: Attempt, decision: str, fence: str, *, retry: bool, uploads: int, head_is_input: bool | None = None
+) -> None:
+    """The lakeFS calls of ``attempt`` are exactly the hard-fence table's row (plus its uploads).
+
+    ``head_is_input``: the target's HEAD was the input when the try started (a first try; by default
+    not on a retry, whose HEAD is an earlier try's publication).
+    """
+    on_input = not retry if head_is_input is None else head_is_input
+    before = (HF_BEFORE if not retry else HF_BEFORE_RETRY_ON_INPUT if on_input else HF_BEFORE_RETRY)[fence]
     after = {**HARD_FENCE_CONTRACT[(decision, fence)], **({"uploadObject": uploads} if uploads else {})}
     assert (attempt.before, attempt.after) == (before, after), (decision, fence)
 
@@ -862,4 +875,5 @@ def test_hard_fence_table_replace_after_the_refusal(
     assert run.xcom["decision"] == "replace"
     assert head.id == run.xcom["output_ref"] == run.xcom["staged_commit"] and head.parents == [run.input_commit]
     assert run.published_before_death[0] in run.xcom["reason"]  # the zombie's publication, replaced
-    assert_hard_fence_row(run.attempts[2], "replace_after_refusal", "hard", retry=True, uploads=1)
+    # Try 2 started on the input (the zombie's publication had not landed): no getObject.
+    assert_hard_fence_row(run.attempts[2], "replace_after_refusal", "hard", retry=True, uploads=1, head_is_input=True)
