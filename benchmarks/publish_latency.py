@@ -107,9 +107,11 @@ class Bench:
 
     def fenced(self) -> tuple[float, int]:
         from airflow_lakefence import failpoints
+        from airflow_lakefence.core.hardfence import forget_checks
 
         dags = self.dags
         target = self._target()
+        forget_checks()  # every Airflow task is a new process, which remembers no hard-fence check
 
         def spark_start() -> None:
             dags.mark("spark_start")

@@ -25,7 +25,7 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
 from airflow_lakefence.core.evidence import MARKER_TRIES, Evidence
 from airflow_lakefence.core.fence import Action, decide_publish
-from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard
+from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import staging_branch_name
@@ -119,8 +119,11 @@ class PublishEngine:
         if req.read_only:
             return self._run_read_only(job, tell)
         guard, area, publisher, evidence = self._parts()
-        target_head = read_target_head(self.lakefs, req)  # step 1: repository and target exist
-        self.fence.arm()  # step 2
+        reading = in_background(read_target_head, self.lakefs, req)  # step 1: repository and target exist
+        try:
+            self.fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
+        finally:
+            target_head = reading.result()  # a bad target is what this attempt reports first
         attempt = self.fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
         pinned = None

@@ -40,6 +40,25 @@ T = TypeVar("T")
 PUBLISH_ROUNDS = 3
 
 
+def in_background(fn: Callable[..., T], *args: object) -> Future[T]:
+    """Run ``fn(*args)`` in a new thread (one lakeFS call beside the Airflow requests of the main one).
+
+    :param fn: what to run.
+    :param args: its arguments.
+    :return: its outcome; ``result()`` returns it or raises what ``fn`` raised.
+    """
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="lakefence background call", daemon=True).start()
+    return future
+
+
 class AttemptGuard:
     """The attempt fence, lost answers and the publish budget of one attempt.
 
@@ -171,22 +190,10 @@ class AttemptGuard:
         :param branch: the branch.
         :return: done when the delete is; its ``result()`` raises what the delete raised unexpectedly.
         """
-        future: Future[None] = Future()
         if branch in self._deleted:
-            future.set_result(None)
-            return future
+            return in_background(lambda: None)
         self._deleted.add(branch)
-
-        def delete() -> None:
-            try:
-                self._delete(branch)
-            except BaseException as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
-
-        threading.Thread(target=delete, name=f"lakefence delete {branch}", daemon=True).start()
-        return future
+        return in_background(self._delete, branch)
 
     def delete_quietly(self, branch: str) -> None:
         """Delete a branch of this attempt once; a failure is logged (the cleaner will delete it).
