@@ -29,7 +29,9 @@ from airflow_lakefence.exceptions import (
 )
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
+from tests.conftest import load_dag_module
 from tests.fakes.memory_lakefs import LossyPort
+from tests.integration.helpers import commit_files, die_after_publishing, read_text, run_dag, staging_branches, xcoms
 from tests.integration.test_engine import LakeFSWorld, MemoryWorld, Reported, StandInFence, World
 
 pytestmark = pytest.mark.scoped
@@ -374,3 +376,107 @@ def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(http_world
         )
     assert "version 1" in str(info.value) and hf.INSTALL_COMMAND in str(info.value)
     assert not isinstance(info.value, PublishRaceError)
+
+
+# -- through the operators (dag.test(): real Airflow, real task execution) --------------------
+
+
+@pytest.fixture
+def scoped_dags(airflow_db: Any, lakefs_conn: Any, clean_failpoints: Any) -> Any:
+    module = load_dag_module("testdags/scoped_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+def _conf(repo: Any, input_ref: str, n: int, files: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"repository": repo.id, "target": "main", "input_ref": input_ref, "day": f"2026-01-{n:02d}", **extra} | (
+        {"files": files} if files else {}
+    )
+
+
+def test_operators_publish_disjoint_partitions_onto_a_moved_target(scoped_dags: Any, seeded: Any) -> None:
+    """The Spark operator, the Python operator and @task.lakefs_publish, all on one input: each lands."""
+    repo, input_commit = seeded
+    spark = run_dag(
+        scoped_dags.spark_dag,
+        _conf(repo, input_commit, 1, {}) | {"job": {"files": {day(1) + "part-0": "spark"}}},
+    )
+    python = run_dag(scoped_dags.python_dag, _conf(repo, input_commit, 2, {day(2) + "part-0": "python"}))
+    decorated = run_dag(scoped_dags.decorated_dag, _conf(repo, input_commit, 3, {day(3) + "part-0": "decorated"}))
+    assert [r.state for r in (spark, python, decorated)] == ["success"] * 3
+    outcomes = [xcoms(r, "publish") for r in (spark, python, decorated)]
+    assert [x["decision"] for x in outcomes] == ["merge"] * 3
+    assert {x["input_ref"] for x in outcomes} == {input_commit}
+    head = repo.branch("main").get_commit()
+    assert outcomes[-1]["output_ref"] == head.id
+    assert {o.path: read_text(repo, "main", o.path) for o in repo.ref("main").objects(prefix=TABLE)} == {
+        day(1) + "part-0": "spark",
+        day(2) + "part-0": "python",
+        day(3) + "part-0": "decorated",
+    }
+    assert staging_branches(repo) == []
+
+
+def test_operator_retry_replaces_its_crashed_publication_under_another(scoped_dags: Any, seeded: Any) -> None:
+    repo, input_commit = seeded
+    others: list[str] = []
+
+    def another_writer() -> None:
+        others.append(commit_files(repo, "main", {day(2) + "part-0": "other"}, "another writer"))
+
+    abandoned = die_after_publishing(repo, also=another_writer)
+    run = run_dag(
+        scoped_dags.python_dag,
+        _conf(repo, input_commit, 1, {}) | {"files": {day(1) + "part-0": "same text on both tries"}},
+    )
+    assert run.state == "success" and len(abandoned) == 1
+    outcome = xcoms(run, "publish")
+    assert outcome["decision"] == "replace"
+    assert {o.path: read_text(repo, "main", o.path) for o in repo.ref("main").objects(prefix=TABLE)} == {
+        day(1) + "part-0": "same text on both tries",
+        day(2) + "part-0": "other",
+    }
+    line = [c.id for c in repo.branch("main").log(first_parent=True, max_amount=4)]
+    assert line[:3] == [outcome["output_ref"], others[0], abandoned[0]]  # nothing rewound
+    assert staging_branches(repo) == []
+
+
+def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
+    from airflow_lakefence.operators import FencedPythonPublishOperator
+
+    with pytest.raises(InvalidInputError, match="needs output_prefixes"):
+        FencedPythonPublishOperator(
+            task_id="t",
+            python_callable=print,
+            repository="r",
+            target_branch="main",
+            input_ref="main",
+            fence_scope="prefixes",
+        )
+    with pytest.raises(InvalidInputError, match="overlap"):
+        FencedPythonPublishOperator(
+            task_id="t",
+            python_callable=print,
+            repository="r",
+            target_branch="main",
+            input_ref="main",
+            fence_scope="prefixes",
+            output_prefixes=["a/"],
+            input_prefixes=["d/", "d/e/"],
+        )
+    with pytest.raises(InvalidInputError, match="branch-wide"):
+        FencedPythonPublishOperator(
+            task_id="t",
+            python_callable=print,
+            repository="r",
+            target_branch="main",
+            input_ref="main",
+            input_prefixes=["d/"],
+        )
+    # Rendered per run: refused before any write.
+    repo, input_commit = seeded
+    run = run_dag(scoped_dags.nested_dag, _conf(repo, input_commit, 1, {}) | {"also": "tables/t/"})
+    assert run.state == "failed"
+    error = scoped_dags.FAILURES[("lf_scoped_nested", 1)]
+    assert isinstance(error, InvalidInputError) and "overlap" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit and staging_branches(repo) == []
