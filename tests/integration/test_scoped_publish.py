@@ -480,3 +480,25 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
     error = scoped_dags.FAILURES[("lf_scoped_nested", 1)]
     assert isinstance(error, InvalidInputError) and "overlap" in str(error)
     assert repo.branch("main").get_commit().id == input_commit and staging_branches(repo) == []
+
+
+def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(http_world: LakeFSWorld) -> None:
+    from airflow_lakefence.core import hardfence as hf
+    from airflow_lakefence.exceptions import HardFenceMissingError
+
+    world = http_world
+    forget_checks()
+    v1 = world.write("main", {hf.ACTION_PATH: hf.render_action(1)}, "install the hard fence v1")
+    ran: list[bool] = []
+    with pytest.raises(HardFenceMissingError) as info:
+        publish(
+            world,
+            AttemptId(key(1), 1, "ti-1"),
+            {day(1) + "part-0": "mine"},
+            [day(1)],
+            input_ref=v1,
+            hard_fence="require",
+            during_job=lambda: ran.append(True),
+        )
+    assert "branch-wide publications only" in str(info.value) and hf.INSTALL_COMMAND in str(info.value)
+    assert ran == [] and world.head().id == v1 and world.branches() == []
