@@ -502,3 +502,97 @@ def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(ht
         )
     assert "branch-wide publications only" in str(info.value) and hf.INSTALL_COMMAND in str(info.value)
     assert ran == [] and world.head().id == v1 and world.branches() == []
+
+
+# -- the calls of each scoped path (the port's operations, in-memory lakeFS) -------------------
+
+#: Every attempt: the target's HEAD (step 1), the staging branch, the stage commit, the listing of
+#: what the input holds under the write set (output_mode="replace"), the workspace's upload.
+_ATTEMPT = {"get_commit": 1, "create_branch": 1, "commit": 1, "list_objects": 1, "upload_tree": 2}
+_MOVED = {**_ATTEMPT, "merge_base": 1}  # the target moved before the job: the input proven its ancestor
+SCOPED_PATH_CALLS = {
+    # the target read, one diff per fenced prefix, the merge, its verification, the staging branch's deletion
+    "merge": {**_MOVED, "get_commit": 3, "diff_refs": 1, "merge": 1, "delete_branch": 1},
+    # the staging branch's HEAD read ("no changes"), the target read, one diff
+    "noop": {**_MOVED, "get_commit": 3, "diff_refs": 1, "delete_branch": 1, "upload_tree": 0},
+    # two fenced prefixes (read and write), the commit naming the path, the evidence marker commit
+    "fail_closed_read": {**_MOVED, "get_commit": 2, "diff_refs": 2, "log_commits": 1, "commit": 2},
+    # the write set's history names the culprit: no second log
+    "fail_closed_write": {**_MOVED, "get_commit": 2, "diff_refs": 1, "log_commits": 1, "commit": 2},
+    # scan + content check, the write set's history, the temporary branch, revert, two merges, verify
+    "replace": {
+        **_MOVED,
+        "list_branches": 1,
+        "get_commit": 3,
+        "diff_refs": 2,
+        "log_commits": 1,
+        "create_branch": 2,
+        "revert": 1,
+        "merge": 2,
+        "delete_branch": 2,
+    },
+    "relocate": {
+        **_MOVED,
+        "list_branches": 1,
+        "get_commit": 4,
+        "diff_refs": 2,
+        "log_commits": 1,
+        "create_branch": 2,
+        "revert": 1,
+        "merge": 1,
+        "delete_branch": 2,
+        "upload_tree": 0,
+    },
+    # the lost merge, then the target read again, one diff, the write set's history
+    "idempotent": {**_ATTEMPT, "get_commit": 3, "merge": 1, "diff_refs": 1, "log_commits": 1, "delete_branch": 1},
+}
+
+
+def _calls(world: World, run: Callable[[], Any]) -> tuple[str, dict[str, int]]:
+    world.port.calls.clear()
+    try:
+        outcome = run().decision
+    except PublishFenceError as exc:
+        outcome = type(exc).__name__
+    return outcome, {k: v for k, v in world.port.calls.items() if v}
+
+
+def test_the_calls_of_each_scoped_path() -> None:
+    measured: dict[str, tuple[str, dict[str, int]]] = {}
+    w = MemoryWorld()
+    w.write("main", {day(2) + "x": "o"})
+    measured["merge"] = _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)]))
+    w = MemoryWorld()
+    w.write("main", {day(2) + "x": "o"})
+    measured["noop"] = _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {}, [day(1)], allow_empty=True))
+    w = MemoryWorld()
+    w.input = w.write("main", {DIMS + "v": "1"})
+    w.write("main", {DIMS + "v": "2"})
+    measured["fail_closed_read"] = _calls(
+        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], input_prefixes=[DIMS])
+    )
+    w = MemoryWorld()
+    w.write("main", {day(1) + "q": "o"})
+    measured["fail_closed_write"] = _calls(
+        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)])
+    )
+    w = MemoryWorld()
+    failpoints.arm("after_verify", crash)
+    with pytest.raises(Crash):
+        publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)])
+    failpoints.disarm_all()
+    w.write("main", {day(2) + "x": "o"})
+    measured["replace"] = _calls(w, lambda: publish(w, AttemptId(key(1), 2, "b"), {day(1) + "p": "2"}, [day(1)]))
+    measured["relocate"] = _calls(w, lambda: publish(w, AttemptId(key(1), 3, "c"), {}, [day(1)], allow_empty=True))
+    w = MemoryWorld()
+    port = w.port
+    port.lose("merge", landed=True)
+    port.before["merge"] = lambda: port.before.__setitem__("get_commit", lambda: w.write("main", {day(2) + "x": "o"}))
+    measured["idempotent"] = _calls(
+        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], port=port)
+    )
+    expected = {
+        path: ("PublishFenceError" if path.startswith("fail") else path, {k: v for k, v in calls.items() if v})
+        for path, calls in SCOPED_PATH_CALLS.items()
+    }
+    assert measured == expected
