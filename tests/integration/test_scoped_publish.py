@@ -596,3 +596,32 @@ def test_the_calls_of_each_scoped_path() -> None:
         for path, calls in SCOPED_PATH_CALLS.items()
     }
     assert measured == expected
+
+
+def test_soft_fence_a_writer_slipping_into_the_scope_before_the_merge_is_detected_after_it(world: World) -> None:
+    """The soft fence's window: another writer's file lands in the partition between the scan and the
+    merge (no conflict: another file name). lakeFS merges onto it; the verification sees the merge
+    computed on an unprobed HEAD, probes the scope again, and raises loudly with the evidence kept."""
+    world.write("main", {day(2) + "x": "moved"}, "another partition")  # the target moved: a scan happens
+    slipped: list[str] = []
+    world.port.before["merge"] = lambda: slipped.append(world.write("main", {day(1) + "theirs": "t"}, "slipped in"))
+    with pytest.raises(PublishRaceError) as info:
+        publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "mine": "m"}, [day(1)])
+    assert slipped[0] in str(info.value) and day(1) in str(info.value)
+    head = world.head()
+    assert head.parents[0] == slipped[0]  # it landed: detected, not prevented; never "fixed" silently
+    assert info.value.staging_branch in world.branches()
+
+
+def test_hard_fence_a_writer_slipping_into_the_scope_before_the_merge_is_refused(http_world: LakeFSWorld) -> None:
+    world = http_world
+    base = fenced_input(world)
+    slipped: list[str] = []
+    world.port.before["merge"] = lambda: slipped.append(world.write("main", {day(1) + "theirs": "t"}, "slipped in"))
+    with pytest.raises(PublishFenceError) as info:
+        publish(
+            world, AttemptId(key(1), 1, "ti-1"), {day(1) + "mine": "m"}, [day(1)], input_ref=base, hard_fence="require"
+        )
+    assert slipped[0] in str(info.value)
+    assert world.head().id == slipped[0]  # refused by lakeFS: nothing of this publication landed
+    assert under(world, TABLE) == {day(1) + "theirs": "t"}
