@@ -5,7 +5,8 @@
 replacement or relocation of an abandoned publication (by a hard reset, or by merges on a protected
 target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or failing closed. After
 acting it verifies (the merge's first parent, the HEAD after a reset) unless lakeFS's hard fence
-already checked the head server-side (docs/hard-fence.md).
+already checked the head server-side (docs/hard-fence.md). A scoped request (``fence_scope="prefixes"``)
+is decided and acted on by :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` instead.
 
 lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
 module turns each into what it means for the protocol.
@@ -39,6 +40,7 @@ from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
 from airflow_lakefence.core.request import PublishRequest, read_target_head
 from airflow_lakefence.core.run_state import RunStatePort, reported_publication
+from airflow_lakefence.core.scoped_publish import ScopedPublish
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
@@ -160,8 +162,6 @@ class Publisher:
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
         if self.request.scope is not None:
-            from airflow_lakefence.core.scoped_publish import ScopedPublish
-
             return ScopedPublish(self, self.request.scope).publish(attempt, staging, input_commit, staged, metadata)
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
