@@ -127,7 +127,8 @@ class PublishEngine:
             pinned = pinned_input(self.run_state, req.input_ref)  # the input is resolved once per run
         input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
-        if early.action is Action.FAIL_CLOSED:
+        # The scoped fence builds on an input the target moved past (the scope decides at publish time).
+        if early.action is Action.FAIL_CLOSED and req.scope is None:
             message = fail_closed_message(target_head, input_commit, attempt, req.target_branch, before_job=True)
             raise PublishFenceError(f"before the job, nothing was run: {message}")
         superseded = supersedes(self.run_state, target_head, early)

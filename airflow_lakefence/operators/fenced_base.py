@@ -28,6 +28,7 @@ from airflow_lakefence.core.engine import (
 )
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
+from airflow_lakefence.core.scope import ScopeMode, parse_scope
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
@@ -41,6 +42,7 @@ FENCED_TEMPLATE_FIELDS = (
     "input_ref",
     "workspace_dir",
     "output_prefixes",
+    "input_prefixes",
     "commit_message",
     "commit_metadata",
 )
@@ -121,6 +123,11 @@ class FencedPublishOperatorBase(BaseOperator):
         it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
     :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
         (always done on a protected target).
+    :param fence_scope: ``branch`` (the default: the target's HEAD must be the input, so every read is
+        fenced) or ``prefixes``: the publish fence covers only ``output_prefixes`` (the write set) and
+        ``input_prefixes`` (the read set), so publications of disjoint prefixes run and publish side by
+        side (docs/howto/many-writers.md).
+    :param input_prefixes: the read set of the scoped fence: the prefixes the job reads (templated).
     :param kwargs: the base operator's arguments.
     :raises InvalidInputError: at DAG parse time, for arguments that can never work.
     """
@@ -151,6 +158,8 @@ class FencedPublishOperatorBase(BaseOperator):
         stale_grace_period: float = 15.0,
         hard_fence: str = "off",
         replace_by_merge: bool = False,
+        fence_scope: str = "branch",
+        input_prefixes: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -191,6 +200,11 @@ class FencedPublishOperatorBase(BaseOperator):
             raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {hard_fence!r}")
         self.hard_fence = hard_fence
         self.replace_by_merge = replace_by_merge
+        if read_only and (fence_scope != "branch" or input_prefixes):
+            raise InvalidInputError("read_only=True publishes nothing: fence_scope and input_prefixes do not apply")
+        _check_scope(fence_scope, output_prefixes, input_prefixes)
+        self.fence_scope = fence_scope
+        self.input_prefixes = input_prefixes
         self._fence: AttemptFence | None = None
         self._outcome: PublishResult | None = None
         # Declared as they are, so Airflow knows this task produces them (the Assets view, the
@@ -249,6 +263,8 @@ class FencedPublishOperatorBase(BaseOperator):
             publish_budget=self.publish_budget,
             hard_fence=self.hard_fence,
             replace_by_merge=self.replace_by_merge,
+            fence_scope=self.fence_scope,
+            input_prefixes=self.input_prefixes,
             deadline=None if timeout is None else time.monotonic() + timeout,
         )
         fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
@@ -352,3 +368,28 @@ class FencedPublishOperatorBase(BaseOperator):
             return self._lineage(None, None)
         published = outcome.decision in lakefs_assets.PUBLISHING_DECISIONS
         return self._lineage(outcome.input_ref, outcome.output_ref if published else None)
+
+
+def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any) -> None:
+    """Refuse at parse time a scope that can never work; templated values are checked when rendered.
+
+    :raises InvalidInputError: for an unknown mode, the scoped mode without output prefixes, or
+        literal prefixes that nest, overlap or are not object paths.
+    """
+
+    def templated(value: Any) -> bool:
+        if value is None:
+            return False
+        if isinstance(value, str):
+            return "{{" in value or "{%" in value
+        if isinstance(value, (list, tuple)):
+            return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+        return True  # an XComArg or another value resolved at run time
+
+    if fence_scope not in tuple(ScopeMode):
+        raise InvalidInputError(f"fence_scope must be 'branch' or 'prefixes', got {fence_scope!r}")
+    if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
+        parse_scope(output_prefixes, input_prefixes, fence_scope)  # raises: the write set is missing
+    if templated(output_prefixes) or templated(input_prefixes):
+        return
+    parse_scope(output_prefixes, input_prefixes, fence_scope)
