@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
 from airflow_lakefence.core.fence import Action, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import check_user_metadata
@@ -98,6 +99,8 @@ class PublishRequest:
         does not); docs/hard-fence.md.
     :param replace_by_merge: replace or relocate an abandoned publication by merges instead of a hard
         reset (done anyway when the target is protected).
+    :param output_tables: Delta tables the job writes (``DeltaTableOutput`` or root paths; direct mode
+        only): their staged change must be Delta commits on from the input's (docs/delta.md).
     """
 
     repository: str
@@ -117,6 +120,7 @@ class PublishRequest:
     deadline: float | None = None
     hard_fence: str = "off"
     replace_by_merge: bool = False
+    output_tables: Sequence[DeltaTableOutput | str] | None = None
 
     def validated(self) -> PublishRequest:
         """Step 1: check every value before any write; return the request with normalised prefixes.
@@ -140,14 +144,29 @@ class PublishRequest:
             validate_staging_prefix(self.staging_prefix)
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
+        tables = normalise_table_roots(self.output_tables)
+        if tables and self.write_mode != "direct" and not self.read_only:
+            raise InvalidInputError(
+                f"output_tables {[t.root for t in tables]} need write_mode='direct': Delta appends to a table's log "
+                "where it lies (on the staging branch), and a workspace upload would start a new table at version 0"
+            )
+        check_output_mode(self.output_mode, self.output_prefixes, tables)
         return dataclasses.replace(
-            self, output_prefixes=normalise_prefixes(self.output_prefixes), commit_metadata=metadata
+            self,
+            output_prefixes=normalise_prefixes(self.output_prefixes),
+            commit_metadata=metadata,
+            output_tables=tables,
         )
 
     @property
     def prefixes(self) -> tuple[str, ...]:
         """The declared output prefixes (normalised by :meth:`validated`)."""
         return tuple(self.output_prefixes or ())
+
+    @property
+    def tables(self) -> tuple[DeltaTableOutput, ...]:
+        """The declared Delta tables (normalised by :meth:`validated`)."""
+        return tuple(t for t in self.output_tables or () if isinstance(t, DeltaTableOutput))
 
     def message(self, role: str, attempt: AttemptId) -> str:
         """The staging or publishing commit's message: the user's, or one naming the attempt.
