@@ -187,3 +187,26 @@ def test_a_plain_prefix_beside_a_table_is_replaced_and_the_table_appended(world:
 def test_without_tables_the_engine_makes_no_delta_call(world: World) -> None:
     result = DeltaRun(world, tables=[], files={"t/p.txt": "1"}, prefixes=("t/",))()
     assert result.delta_versions == {} and world.port.calls.get("diff_refs", 0) == 0
+
+
+def test_the_commit_sensor_waits_for_a_new_table_version(lakefs_repo: Any, lakefs_server: Any) -> None:
+    """``LakeFSCommitSensor(prefix="<root>/_delta_log/")`` fires on a new Delta version, not on other commits."""
+    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.sensors import LakeFSCommitSensor
+    from airflow_lakefence.triggers.probes import probe_new_commit
+
+    client = LakeFSClient(lakefs_server.endpoint, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+    lake = test_engine.LakeFSWorld(lakefs_repo, client)
+    since = with_table(lake, versions=1)
+    sensor = LakeFSCommitSensor(
+        task_id="new_version", repository=lakefs_repo.id, branch="main", since_ref=since, prefix=f"{EVENTS}/_delta_log/"
+    )
+
+    def probe() -> str | None:
+        return probe_new_commit(client, repository=lakefs_repo.id, branch="main", since_ref=since, prefix=sensor.prefix)
+
+    assert probe() is None
+    lake.write("main", {"reports/other.txt": "x", f"{EVENTS}/day=9/stray.parquet": "x"})
+    assert probe() is None  # HEAD moved, but no new log entry: no new table version
+    version_1 = lake.write("main", {log(1): "commit 1"})
+    assert probe() == version_1
