@@ -134,6 +134,7 @@ class PublishEngine:
         superseded = supersedes(self.run_state, target_head, early)
         if superseded is not None:
             tell.supersedes(superseded)
+        area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
         evidence.remove_earlier_branches(attempt, staging)  # step 3
         area.create(staging, input_commit)
         try:
@@ -147,6 +148,7 @@ class PublishEngine:
             workspace = self._job_and_output(job, area, publisher, attempt, staging, input_commit)  # steps 4-6
             with guard.stale_first("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
+                tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
             failpoints.hit("after_stage")
             guard.check("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
@@ -173,6 +175,7 @@ class PublishEngine:
                 files=len(workspace.files),
                 bytes=workspace.size,
                 supersedes=superseded if replaced else None,
+                delta_versions={t.root: t.published_version for t in tables},
             )
             tell.published(result)  # step 12
             failpoints.hit("after_xcom")

@@ -47,11 +47,16 @@ UploadProgress = Callable[[int, int], None]
 
 
 class ChangedPathLike(Protocol):
-    """One entry of a diff (only its path is used)."""
+    """One entry of a diff."""
 
     @property
     def path(self) -> str:
         """The changed path."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """``added``, ``removed`` or ``changed`` (the Delta check needs it)."""
         ...
 
 

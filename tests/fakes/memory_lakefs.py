@@ -38,6 +38,7 @@ Tree = dict[str, bytes]
 @dataclass(frozen=True)
 class _Changed:
     path: str
+    type: str = "changed"
 
 
 @dataclass
@@ -268,7 +269,12 @@ class MemoryLakeFS:
     def diff_uncommitted(self, repository: str, branch: str, *, prefix: str = "") -> list[_Changed]:
         self._count("diff_uncommitted")
         self._check_repo(repository)
-        return [_Changed(path) for path in sorted(self._branch(branch).staged) if path.startswith(prefix)]
+        staged, tree = self._branch(branch).staged, self.trees[self._branch(branch).head]
+        return [
+            _Changed(path, "removed" if staged[path] is None else "changed" if path in tree else "added")
+            for path in sorted(staged)
+            if path.startswith(prefix)
+        ]
 
     def diff_refs(
         self,
@@ -290,7 +296,7 @@ class MemoryLakeFS:
         changed = sorted(
             p for p in set(a) | set(b) if p.startswith(prefix) and p > after and a.get(p) != b.get(p)
         )
-        return [_Changed(path) for path in changed[:limit]]
+        return [_Changed(p, "added" if p not in a else "removed" if p not in b else "changed") for p in changed[:limit]]
 
     def _nearest_common(self, one: str, other: str) -> str:
         common = self._ancestors(one) & self._ancestors(other)
