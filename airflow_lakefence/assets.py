@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -80,8 +81,15 @@ def create_asset(*, repository: str, branch: str, prefix: str = "", extra: dict[
 
 
 def event_extra(
-    *, repository: str, output_ref: str, input_ref: str, staged_commit: str | None, decision: str, prefix: str
-) -> dict[str, str | None]:
+    *,
+    repository: str,
+    output_ref: str,
+    input_ref: str,
+    staged_commit: str | None,
+    decision: str,
+    prefix: str,
+    delta_versions: Mapping[str, int | None] | None = None,
+) -> dict[str, Any]:
     """The extra of the asset event of one publication: enough to read exactly what was published.
 
     :param repository: the repository.
@@ -90,12 +98,23 @@ def event_extra(
     :param staged_commit: the staged commit.
     :param decision: the fence decision.
     :param prefix: the asset's path prefix.
+    :param delta_versions: the declared Delta tables' roots and versions at ``output_ref``: the
+        tables inside the asset's prefix are named under ``delta_versions``; an asset that *is* one
+        table also gets ``delta_table`` and ``delta_version``.
     """
-    return {
+    extra: dict[str, Any] = {
         "output_ref": output_ref,
         "input_ref": input_ref,
         "staged_commit": staged_commit,
         "decision": decision,
         "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
     }
+    norm = prefix.strip("/") + "/" if prefix.strip("/") else ""
+    inside = {root: v for root, v in (delta_versions or {}).items() if root.startswith(norm)}
+    if inside:
+        extra["delta_versions"] = inside
+        if norm in inside:
+            extra["delta_table"] = norm.rstrip("/")
+            extra["delta_version"] = inside[norm]
+    return extra
 

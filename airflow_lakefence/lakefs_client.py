@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -140,9 +140,11 @@ class LakeFSClient(ObjectsMixin):
         )
         return retrying(once)
 
-    def _paginate(self, operation: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
-        """Yield the results of a paginated listing, one idempotent call per page."""
-        after = ""
+    def _paginate(
+        self, operation: str, what: str, fn: Callable[..., Any], *args: Any, start: str = "", **kwargs: Any
+    ) -> Iterator[Any]:
+        """Yield the results of a paginated listing after ``start``, one idempotent call per page."""
+        after = start
         while True:
             page = self._call(
                 operation,
@@ -439,6 +441,7 @@ class LakeFSClient(ObjectsMixin):
         right: str,
         *,
         prefix: str = "",
+        after: str = "",
         diff_type: str = "two_dot",
         limit: int = 1000,
     ) -> list[ChangedPath]:
@@ -452,6 +455,7 @@ class LakeFSClient(ObjectsMixin):
         :param left: the left ref (e.g. an older commit).
         :param right: the right ref.
         :param prefix: only paths under this prefix.
+        :param after: only paths after this one (lexicographically).
         :param diff_type: ``two_dot`` or ``three_dot``.
         :param limit: stop after this many entries.
         :raises ValueError: for an unknown ``diff_type`` or a ``limit`` below 1.
@@ -471,6 +475,52 @@ class LakeFSClient(ObjectsMixin):
             amount=min(1000, limit),
             prefix=prefix,
             type=diff_type,
+            start=after,
         )
         # islice stops pulling at the limit, so no page past it is requested.
         return [ChangedPath(i.path, i.type, i.path_type) for i in itertools.islice(pages, limit)]
+
+    def log_commits(
+        self,
+        repository: str,
+        ref: str,
+        *,
+        objects: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+        amount: int,
+        limit: bool = True,
+    ) -> list[CommitInfo]:
+        """The newest commits reachable from ``ref`` that changed one of ``objects`` or a path under ``prefixes``.
+
+        One call with ``limit=True``: lakeFS stops at ``amount`` commits instead of scanning the whole
+        history for a full page. With a filter, lakeFS lists no merge commits (a publication shows as
+        its staged commit).
+
+        :param repository: the repository name.
+        :param ref: where the history starts (e.g. the target's HEAD commit).
+        :param objects: object paths.
+        :param prefixes: path prefixes.
+        :param amount: the most commits to return (1 to 1000).
+        :param limit: stop at ``amount`` (one call); ``False`` is not supported here.
+        :raises ValueError: for an ``amount`` outside 1..1000, or ``limit=False``.
+        :raises LakeFSError: on failure.
+        """
+        if not 1 <= amount <= 1000:
+            raise ValueError(f"amount must be between 1 and 1000, got {amount}")
+        if not limit:
+            raise ValueError("log_commits reads one page: limit must be True")
+        page = self._call(
+            "log_commits",
+            f"log of {ref!r} in {repository!r}",
+            lambda: self._api.refs_api.log_commits(
+                repository,
+                ref,
+                amount=amount,
+                objects=list(objects) or None,
+                prefixes=list(prefixes) or None,
+                limit=True,
+                _request_timeout=self._timeout,
+            ),
+            idempotent=True,
+        )
+        return [commit_from_sdk(c) for c in page.results]

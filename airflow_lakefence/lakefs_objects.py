@@ -76,7 +76,9 @@ class ObjectsMixin:
     def _call(self, operation: str, what: str, fn: Callable[[], T], *, idempotent: bool) -> T:
         raise NotImplementedError
 
-    def _paginate(self, operation: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+    def _paginate(
+        self, operation: str, what: str, fn: Callable[..., Any], *args: Any, start: str = "", **kwargs: Any
+    ) -> Iterator[Any]:
         raise NotImplementedError
 
     def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:

@@ -2,12 +2,14 @@
 
 Datasets are named by repository, branch and prefix, which stay stable across runs; the exact
 commits travel as the dataset version facet. The namespace is ``lakefs://<endpoint host>``.
+A declared Delta table is a dataset of its own (``<repository>/<branch>/<table root>``) with the
+storage facet ``storageLayer="delta"`` and its published Delta version as the tag ``delta.version``.
 """
 
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -28,6 +30,18 @@ def _dataset(ns: str, name: str, version: str | None) -> Any:
     return Dataset(namespace=ns, name=name, facets=facets)
 
 
+def _table_dataset(ns: str, name: str, commit: str, delta_version: int | None) -> Any:
+    from openlineage.client.generated.storage_dataset import StorageDatasetFacet
+    from openlineage.client.generated.tags_dataset import TagsDatasetFacet, TagsDatasetFacetFields
+
+    dataset = _dataset(ns, name, commit)
+    dataset.facets["storage"] = StorageDatasetFacet(storageLayer="delta", fileFormat="parquet")
+    if delta_version is not None:
+        tag = TagsDatasetFacetFields(key="delta.version", value=str(delta_version), source="lakefence")
+        dataset.facets["tags"] = TagsDatasetFacet(tags=[tag])
+    return dataset
+
+
 def operator_lineage(
     *,
     endpoint: str,
@@ -37,6 +51,7 @@ def operator_lineage(
     target_branch: str,
     output_prefixes: Sequence[str],
     output_commit: str | None,
+    delta_versions: Mapping[str, int | None] | None = None,
 ) -> Any:
     """Build the ``OperatorLineage`` of a fenced publication.
 
@@ -47,6 +62,7 @@ def operator_lineage(
     :param target_branch: the target branch.
     :param output_prefixes: the declared output prefixes (the whole branch when empty).
     :param output_commit: the published commit; ``None`` when nothing was published (no outputs).
+    :param delta_versions: the declared Delta tables' roots and their versions at ``output_commit``.
     """
     from airflow.providers.openlineage.extractors import OperatorLineage
 
@@ -54,8 +70,13 @@ def operator_lineage(
     inputs = [_dataset(ns, f"{repository}/{input_ref}", input_commit)]
     outputs = []
     if output_commit is not None:
-        names = [f"{repository}/{target_branch}/{p.strip('/')}" for p in output_prefixes] or [
-            f"{repository}/{target_branch}"
-        ]
+        tables = dict(delta_versions or {})
+        names = [f"{repository}/{target_branch}/{p.strip('/')}" for p in output_prefixes]
+        if not names and not tables:
+            names = [f"{repository}/{target_branch}"]
         outputs = [_dataset(ns, name, output_commit) for name in names]
+        outputs += [
+            _table_dataset(ns, f"{repository}/{target_branch}/{root.strip('/')}", output_commit, version)
+            for root, version in tables.items()
+        ]
     return OperatorLineage(inputs=inputs, outputs=outputs)

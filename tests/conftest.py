@@ -72,6 +72,9 @@ LOCAL_SMOKE = (
     "tests/hard_fence/test_operator_hard_fence.py::",
     # the scoped hard fence (Lua diff_refs inside the merge) as DAG authors' local server runs it
     "tests/hard_fence/test_scoped_hard_fence.py::",
+    # many writers on one branch: the scoped fence through the engine and the operators, and its cost
+    "tests/integration/test_scoped_publish.py::",
+    "tests/integration/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"

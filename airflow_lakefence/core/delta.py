@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from airflow_lakefence.core.ports import LakeFSPort
 from airflow_lakefence.exceptions import DeltaLogError, DeltaOutputModeError, InvalidInputError
 
 __all__ = [
@@ -38,10 +39,12 @@ __all__ = [
     "PathChange",
     "check_delta_changes",
     "check_output_mode",
+    "check_staged_tables",
     "classify_log_entry",
     "find_table_roots",
     "latest_version",
     "normalise_table_roots",
+    "refuse_undeclared_tables",
 ]
 
 #: The log directory of a Delta table, relative to its root.
@@ -234,6 +237,67 @@ def find_table_roots(paths: Iterable[str]) -> set[str]:
         elif path.startswith(DELTA_LOG_DIR):
             roots.add("")
     return roots
+
+
+def refuse_undeclared_tables(replaced: Mapping[str, Iterable[str]]) -> None:
+    """Refuse ``output_mode="replace"`` on a prefix that holds a Delta table at the input.
+
+    Declared tables never overlap a replaced prefix (:func:`check_output_mode`), so every table
+    found under one is undeclared, and replacing its files would wreck it.
+
+    :param replaced: each replaced prefix and the input's object paths under it.
+    :raises DeltaOutputModeError: naming the prefix and the table roots found under it.
+    """
+    for prefix, paths in replaced.items():
+        roots = sorted(find_table_roots(paths))
+        if roots:
+            raise DeltaOutputModeError(
+                f"output_prefixes entry {prefix!r} holds Delta table(s) {roots} at the input commit, and "
+                "output_mode='replace' would delete every object there the job did not write: the tables' earlier "
+                "log commits and the data files their next version still references. Nothing was written. Declare "
+                "the tables in output_tables and keep them out of output_prefixes, or use output_mode='upsert'."
+            )
+
+
+def check_staged_tables(
+    lakefs: LakeFSPort,
+    repository: str,
+    input_commit: str,
+    staged_commit: str,
+    tables: Sequence[DeltaTableOutput],
+    *,
+    output_prefixes: Iterable[str] = (),
+    staging_branch: str | None = None,
+) -> list[DeltaTableChange]:
+    """The pre-publish Delta check against lakeFS: one two-dot diff, one log listing per table.
+
+    The diff compares the input commit with the staged commit (both committed: it sees what a
+    direct-mode job committed on the staging branch itself as well as what the stage commit
+    holds), paged by the port. Each table's latest version at the input comes from listing its
+    ``_delta_log/`` there. Nothing changed (staged commit = input): no diff, the input's versions.
+
+    :param lakefs: the lakeFS port.
+    :param repository: the repository.
+    :param input_commit: the attempt's input commit.
+    :param staged_commit: the staged commit.
+    :param tables: the declared tables (normalised).
+    :param output_prefixes: the declared file prefixes (changes there are not the tables').
+    :param staging_branch: named in the messages as the evidence kept.
+    :return: each table's checked change, in declaration order.
+    :raises DeltaLogError: when the staged change is not Delta commits on from the input.
+    """
+    input_versions = {
+        t.prefix: latest_version(lakefs.list_objects(repository, input_commit, t.log_prefix), t) for t in tables
+    }
+    if staged_commit == input_commit:
+        return [DeltaTableChange(t.prefix, input_versions[t.prefix], ()) for t in tables]
+    changes = [
+        PathChange(c.path, c.type)
+        for c in lakefs.diff_refs(repository, input_commit, staged_commit, limit=10**9)
+    ]
+    return check_delta_changes(
+        changes, tables, input_versions, output_prefixes=output_prefixes, staging_branch=staging_branch
+    )
 
 
 def classify_log_entry(name: str) -> LogEntry:

@@ -132,12 +132,14 @@ class PublishEngine:
                 pinned = pinned_input(self.run_state, req.input_ref)  # the input is resolved once per run
         input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
-        if early.action is Action.FAIL_CLOSED:
+        # The scoped fence builds on an input the target moved past (the scope decides at publish time).
+        if early.action is Action.FAIL_CLOSED and req.scope is None:
             message = fail_closed_message(target_head, input_commit, attempt, req.target_branch, before_job=True)
             raise PublishFenceError(f"before the job, nothing was run: {message}")
         superseded = supersedes(self.run_state, target_head, early)
         if superseded is not None:
             tell.supersedes(superseded)
+        area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
         evidence.remove_earlier_branches(attempt, staging)  # step 3
         area.create(staging, input_commit)
         try:
@@ -151,6 +153,7 @@ class PublishEngine:
             workspace = self._job_and_output(job, area, publisher, attempt, staging, input_commit)  # steps 4-6
             with guard.stale_first("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
+                tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
             failpoints.hit("after_stage")
             guard.check("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
@@ -181,6 +184,7 @@ class PublishEngine:
                     files=len(workspace.files),
                     bytes=workspace.size,
                     supersedes=superseded if replaced else None,
+                    delta_versions={t.root: t.published_version for t in tables},
                 )
                 tell.published(result)  # step 12
             finally:

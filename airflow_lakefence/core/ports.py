@@ -47,11 +47,16 @@ UploadProgress = Callable[[int, int], None]
 
 
 class ChangedPathLike(Protocol):
-    """One entry of a diff (only its path is used)."""
+    """One entry of a diff."""
 
     @property
     def path(self) -> str:
         """The changed path."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """``added``, ``removed`` or ``changed`` (the Delta check needs it)."""
         ...
 
 
@@ -107,9 +112,35 @@ class LakeFSPort(Protocol):
         ...
 
     def diff_refs(
-        self, repository: str, left: str, right: str, *, prefix: str = "", limit: int = 1000
+        self,
+        repository: str,
+        left: str,
+        right: str,
+        *,
+        prefix: str = "",
+        after: str = "",
+        diff_type: str = "two_dot",
+        limit: int = 1000,
     ) -> Sequence[ChangedPathLike]:
-        """Up to ``limit`` differences between two refs' trees under ``prefix``."""
+        """Up to ``limit`` differences between two refs under ``prefix``, paths after ``after``.
+
+        ``two_dot`` compares the two trees; ``three_dot`` lists what ``right`` changed since the merge base.
+        """
+        ...
+
+    def log_commits(
+        self,
+        repository: str,
+        ref: str,
+        *,
+        objects: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+        amount: int,
+        limit: bool = True,
+    ) -> list[CommitInfo]:
+        """The newest commits reachable from ``ref`` that changed one of ``objects`` or a path under
+        ``prefixes`` (lakeFS's ``logCommits``; merge commits are not listed when filtering), newest
+        first, at most ``amount`` (one call with ``limit``)."""
         ...
 
     def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:

@@ -5,7 +5,8 @@
 replacement or relocation of an abandoned publication (by a hard reset, or by merges on a protected
 target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or failing closed. After
 acting it verifies (the merge's first parent, the HEAD after a reset) unless lakeFS's hard fence
-already checked the head server-side (docs/hard-fence.md).
+already checked the head server-side (docs/hard-fence.md). A scoped request (``fence_scope="prefixes"``)
+is decided and acted on by :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` instead.
 
 lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
 module turns each into what it means for the protocol.
@@ -23,7 +24,16 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.guard import AttemptGuard
-from airflow_lakefence.core.hardfence import ACTION_PATH, check_ref, expected_head_metadata, fence_vouch_metadata
+from airflow_lakefence.core.hardfence import (
+    ACTION_PATH,
+    SCOPED_VERSION,
+    MergeRejection,
+    RejectionKind,
+    check_ref,
+    expected_head_metadata,
+    explain_scoped_rejection,
+    fence_vouch_metadata,
+)
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
@@ -31,6 +41,7 @@ from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
 from airflow_lakefence.core.request import PublishRequest, read_target_head
 from airflow_lakefence.core.run_state import RunStatePort, reported_publication
+from airflow_lakefence.core.scoped_publish import ScopedPublish
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
@@ -118,9 +129,12 @@ class Publisher:
             metadata=head.metadata if known and head is not None else None,
             first_parent=head.first_parent if known and head is not None else None,
         )
-        if not check.enforced and mode == "require":
-            raise HardFenceMissingError(f"hard_fence='require': {check.message}")
-        self.hard_fence = self.hard_fence_intact = check.enforced
+        scoped = self.request.scope is not None
+        refusal = check.refusal(scoped=scoped)
+        if refusal is not None and mode == "require":
+            raise HardFenceMissingError(f"hard_fence='require': {refusal}")
+        # A scoped publication relies only on a hook that checks scopes (version 2 or later).
+        self.hard_fence = self.hard_fence_intact = check.scoped if scoped else check.enforced
         self.fence_version = check.installed_version
         # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
         # keep it out, and a declared prefix inside the actions' directory lets the job (or, with
@@ -165,6 +179,8 @@ class Publisher:
             **(self.request.commit_metadata or {}),
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
+        if self.request.scope is not None:
+            return ScopedPublish(self, self.request.scope).publish(attempt, staging, input_commit, staged, metadata)
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
@@ -283,8 +299,36 @@ class Publisher:
             # The publication's tree keeps the input's action file: the next attempt that builds on
             # it learns the fence from its metadata, without reading the file.
             metadata = {**metadata, **fence_vouch_metadata(self.fence_version)}
+        merge_ref = self.send_merge(attempt, staging, staged, metadata, head)
+        failpoints.hit("after_publish_action")
+        if self.hard_fence_intact:
+            return merge_ref  # lakeFS checked the first parent before the branch moved
+        merged = client.get_commit(repo, merge_ref)
+        if merged.parents[:1] != (input_commit,):
+            raise PublishRaceError(
+                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not the input "
+                f"{input_commit}: another writer raced the publish; {target!r} left as is",
+                staging_branch=staging,
+            )
+        return merge_ref
+
+    def send_merge(
+        self, attempt: AttemptId, staging: str, source: str, metadata: Mapping[str, str], head: HeadState
+    ) -> str:
+        """Merge ``source`` into the target; lakeFS's refusals become what they mean for the protocol.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch (kept as evidence when failing closed).
+        :param source: the ref to merge.
+        :param metadata: the merge's metadata.
+        :param head: the target's HEAD the merge is built on (for messages).
+        :return: the merge commit id.
+        :raises PublishFenceError: (or a subclass) when nothing was merged.
+        :raises LakeFSUnavailableError: when the outcome is unknown.
+        """
+        repo, target = self.request.repository, self.request.target_branch
         try:
-            merge_ref = client.merge(repo, staged, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
+            return self.lakefs.merge(repo, source, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
         except LakeFSHookRejectedError as exc:
             raise self._hook_rejection(exc, head, staging) from exc
         except LakeFSConflictError as exc:
@@ -317,17 +361,6 @@ class Publisher:
                 f"{staging!r} kept. {WHAT_TO_DO} read lakeFS's reason above, fix it, then clear the task.",
                 staging_branch=staging,
             ) from exc
-        failpoints.hit("after_publish_action")
-        if self.hard_fence_intact:
-            return merge_ref  # lakeFS checked the first parent before the branch moved
-        merged = client.get_commit(repo, merge_ref)
-        if merged.parents[:1] != (input_commit,):
-            raise PublishRaceError(
-                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not the input "
-                f"{input_commit}: another writer raced the publish; {target!r} left as is",
-                staging_branch=staging,
-            )
-        return merge_ref
 
     def _reset(
         self,
@@ -358,6 +391,21 @@ class Publisher:
 
     def _hook_rejection(self, exc: LakeFSHookRejectedError, head: HeadState, staging: str) -> PublishFenceError:
         target = self.request.target_branch
+        if isinstance(exc, LakeFSHardFenceRejectedError) and self.request.scope is not None:
+            rejection = MergeRejection(
+                RejectionKind.HARD_FENCE,
+                exc.run_id,
+                exc.found_head,
+                exc.expected_head,
+                exc.version,
+                exc.scope_prefix,
+                exc.path,
+            )
+            text = explain_scoped_rejection(rejection, target=target)
+            text = f"{text}; nothing published, staging branch {staging!r} kept"
+            if exc.version is not None and exc.version < SCOPED_VERSION:
+                return PublishFenceError(text, staging_branch=staging)  # an installation to upgrade, not a race
+            return HardFenceRaceError(text, staging_branch=staging)
         if isinstance(exc, LakeFSHardFenceRejectedError):
             return HardFenceRaceError(
                 f"lakeFS's hard fence refused the merge into {target!r}: it moved to {exc.found_head} since the "

@@ -9,7 +9,7 @@ Nothing here imports Airflow or lakeFS.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 #: The decision reported by a read-only attempt.
@@ -31,6 +31,8 @@ class PublishResult:
     :param bytes: bytes uploaded from the workspace.
     :param supersedes: the successful publication of an earlier try this attempt replaced (a
         deliberate clear): ``{"output_ref", "try_number"}``, else ``None``.
+    :param delta_versions: each declared Delta table's root (``tables/events/``) and its latest
+        version at ``output_ref`` (``None``: no table there); empty without declared tables.
     """
 
     output_ref: str
@@ -43,13 +45,15 @@ class PublishResult:
     files: int = 0
     bytes: int = 0
     supersedes: Mapping[str, Any] | None = None
+    delta_versions: Mapping[str, int | None] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One log line saying what the attempt did."""
         uploaded = f"; {self.files} files, {self.bytes} bytes uploaded" if self.files else ""
+        tables = "".join(f"; Delta table {root} at version {v}" for root, v in self.delta_versions.items())
         return (
             f"lakefence {self.decision}: output ref {self.output_ref} (input {self.input_ref}, staged commit "
-            f"{self.staged_commit}, staging branch {self.staging_branch}){uploaded}"
+            f"{self.staged_commit}, staging branch {self.staging_branch}){uploaded}{tables}"
         )
 
 

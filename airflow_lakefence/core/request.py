@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
 from airflow_lakefence.core.fence import Action, HeadState, decide_publish
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import check_user_metadata
 from airflow_lakefence.core.naming import is_valid_branch_name, validate_staging_prefix
 from airflow_lakefence.core.ports import LakeFSPort
+from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSNotFoundError
 
 WRITE_MODES = ("direct", "workspace")
@@ -98,6 +100,12 @@ class PublishRequest:
         does not); docs/hard-fence.md.
     :param replace_by_merge: replace or relocate an abandoned publication by merges instead of a hard
         reset (done anyway when the target is protected).
+    :param fence_scope: ``branch`` (the default: the publish fence covers the whole target branch) or
+        ``prefixes`` (it covers the declared write and read sets only; docs/howto/many-writers.md).
+    :param input_prefixes: the read set of the scoped fence: the prefixes the job reads from the input.
+    :param scope: the parsed scope (set by :meth:`validated` in the ``prefixes`` mode, else ``None``).
+    :param output_tables: Delta tables the job writes (``DeltaTableOutput`` or root paths; direct mode
+        only): their staged change must be Delta commits on from the input's (docs/delta.md).
     """
 
     repository: str
@@ -117,6 +125,10 @@ class PublishRequest:
     deadline: float | None = None
     hard_fence: str = "off"
     replace_by_merge: bool = False
+    fence_scope: str = "branch"
+    input_prefixes: Sequence[str] | None = None
+    scope: Scope | None = None
+    output_tables: Sequence[DeltaTableOutput | str] | None = None
 
     def validated(self) -> PublishRequest:
         """Step 1: check every value before any write; return the request with normalised prefixes.
@@ -140,14 +152,30 @@ class PublishRequest:
             validate_staging_prefix(self.staging_prefix)
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
+        if self.read_only and self.fence_scope != ScopeMode.BRANCH:
+            raise InvalidInputError("read_only=True publishes nothing: a fence scope has nothing to fence")
+        scope = parse_scope(self.output_prefixes, self.input_prefixes, self.fence_scope)
+        prefixes = scope.write if scope is not None else normalise_prefixes(self.output_prefixes)
+        tables = normalise_table_roots(self.output_tables)
+        if tables and self.write_mode != "direct" and not self.read_only:
+            raise InvalidInputError(
+                f"output_tables {[t.root for t in tables]} need write_mode='direct': Delta appends to a table's log "
+                "where it lies (on the staging branch), and a workspace upload would start a new table at version 0"
+            )
+        check_output_mode(self.output_mode, self.output_prefixes, tables)
         return dataclasses.replace(
-            self, output_prefixes=normalise_prefixes(self.output_prefixes), commit_metadata=metadata
+            self, output_prefixes=prefixes, commit_metadata=metadata, scope=scope, output_tables=tables
         )
 
     @property
     def prefixes(self) -> tuple[str, ...]:
         """The declared output prefixes (normalised by :meth:`validated`)."""
         return tuple(self.output_prefixes or ())
+
+    @property
+    def tables(self) -> tuple[DeltaTableOutput, ...]:
+        """The declared Delta tables (normalised by :meth:`validated`)."""
+        return tuple(t for t in self.output_tables or () if isinstance(t, DeltaTableOutput))
 
     def message(self, role: str, attempt: AttemptId) -> str:
         """The staging or publishing commit's message: the user's, or one naming the attempt.
@@ -200,7 +228,8 @@ def check_input(
     target (one call; one more first to resolve an ``input_ref`` that is not a commit id): an input
     that is not an ancestor of the target's HEAD (another branch's commit, say) can never be
     published there. An ancestor further down is returned: the target moved since the input was
-    pinned, which the caller refuses as the publish fence does.
+    pinned, which the caller refuses as the publish fence does (in the branch-wide mode; the scoped
+    mode builds on it when nothing inside the scope changed since).
 
     :param lakefs: the lakeFS port.
     :param request: the validated request.

@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO
+from airflow_lakefence.core.delta import DeltaTableChange, check_staged_tables, refuse_undeclared_tables
 from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
@@ -82,6 +83,8 @@ class StagingArea:
         self.clock = clock
         self.job_name = job_name
         self.job_error = job_error
+        # The input's objects under each replaced prefix (the input commit never changes: listed once).
+        self._replaced: dict[str, list[str]] | None = None
 
     # -- step 3 -------------------------------------------------------------------------------
 
@@ -208,6 +211,20 @@ class StagingArea:
             self.clock() - started,
         )
 
+    def list_replaced(self, input_commit: str) -> dict[str, list[str]]:
+        """``output_mode="replace"``: the input's objects under each declared prefix, listed once
+        before the job, and a Delta table among them refused before any write.
+
+        :param input_commit: the input commit.
+        :raises DeltaOutputModeError: when a replaced prefix holds a Delta table at the input.
+        """
+        if self._replaced is None:
+            prefixes = self.request.prefixes if self.request.output_mode == "replace" else ()
+            repo = self.request.repository
+            self._replaced = {prefix: self.lakefs.list_objects(repo, input_commit, prefix) for prefix in prefixes}
+            refuse_undeclared_tables(self._replaced)
+        return self._replaced
+
     def check_prefixes(self, staging: str, workspace: Workspace | None) -> None:
         """The **(+)** of step 7: every changed path lies under the declared output prefixes.
 
@@ -215,7 +232,8 @@ class StagingArea:
         :param workspace: the uploaded workspace, ``None`` in direct mode (then lakeFS is asked).
         :raises OutputPrefixError: naming the paths outside; the output is kept as evidence.
         """
-        prefixes = self.request.prefixes
+        # A declared table's root is a declared output too (its change is checked by check_tables).
+        prefixes = self.request.prefixes + tuple(t.prefix for t in self.request.tables)
         if not prefixes:
             return
         if workspace is not None:
@@ -224,8 +242,12 @@ class StagingArea:
             with self.guard.stale_first("while checking the output", staging):
                 outside = self.lakefs.paths_outside(self.request.repository, staging, prefixes)
         if outside:
+            tables = self.request.tables
+            declared = f"output_prefixes {list(self.request.prefixes)}" + (
+                f" and output_tables {[t.root for t in tables]}" if tables else ""
+            )
             raise OutputPrefixError(
-                f"the job wrote outside output_prefixes {list(prefixes)}: {outside[:10]}; nothing published, the "
+                f"the job wrote outside {declared}: {outside[:10]}; nothing published, the "
                 f"output is kept in staging branch {staging!r}. {WHAT_TO_DO} fix the job's output paths or declare "
                 "the prefix, then clear the task.",
                 staging_branch=staging,
@@ -249,8 +271,9 @@ class StagingArea:
             return
         client, repo = self.lakefs, self.request.repository
         stale: list[str] = []
+        listed = self.list_replaced(input_commit)
         for prefix in prefixes:
-            existing = client.list_objects(repo, input_commit, prefix)
+            existing = listed[prefix]
             if not existing:
                 continue
             if workspace is not None:
@@ -264,6 +287,37 @@ class StagingArea:
             self.log.info(
                 "Removed %d objects of the input under %s that this attempt did not write", len(stale), list(prefixes)
             )
+
+    def check_tables(self, staging: str, input_commit: str, staged: CommitInfo) -> list[DeltaTableChange]:
+        """The Delta check of step 7: the staged change under each declared table is Delta commits
+        numbered on from the input's latest version (docs/delta.md); one two-dot diff of the input
+        and the staged commit, and one listing of each table's log at the input.
+
+        :param staging: the staging branch (kept as evidence on failure).
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :raises DeltaLogError: when it is not; nothing is published.
+        """
+        tables = self.request.tables
+        if not tables:
+            return []
+        checked = check_staged_tables(
+            self.lakefs,
+            self.request.repository,
+            input_commit,
+            staged.id,
+            tables,
+            output_prefixes=self.request.prefixes,
+            staging_branch=staging,
+        )
+        for change in checked:
+            self.log.info(
+                "Delta table %s: version %s at the input, staged versions %s",
+                change.root,
+                change.input_version,
+                list(change.new_versions) or "none",
+            )
+        return checked
 
     # -- step 7: stage ----------------------------------------------------------------------------
 

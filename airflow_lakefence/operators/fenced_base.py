@@ -8,6 +8,7 @@ A concrete adapter only says how to run its job (:meth:`FencedPublishOperatorBas
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -19,6 +20,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
+from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
 from airflow_lakefence.core.engine import (
     HARD_FENCE_MODES,
     PublishEngine,
@@ -28,6 +30,7 @@ from airflow_lakefence.core.engine import (
 )
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
+from airflow_lakefence.core.scope import ScopeMode, parse_scope
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
@@ -41,11 +44,15 @@ FENCED_TEMPLATE_FIELDS = (
     "input_ref",
     "workspace_dir",
     "output_prefixes",
+    "input_prefixes",
+    "output_tables",
     "commit_message",
     "commit_metadata",
 )
 #: The XCom keys of a fenced task (``output_ref`` is also the return value).
 XCOM_KEYS = ("staged_commit", "decision", "reason", "input_ref", "staging_branch", "output_ref")
+#: The XCom key of the declared Delta tables' versions at the output ref (pushed only with output_tables).
+DELTA_VERSIONS_KEY = "delta_versions"
 
 
 class AirflowReporter:
@@ -121,6 +128,15 @@ class FencedPublishOperatorBase(BaseOperator):
         it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
     :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
         (always done on a protected target).
+    :param fence_scope: ``branch`` (the default: the target's HEAD must be the input, so every read is
+        fenced) or ``prefixes``: the publish fence covers only ``output_prefixes`` (the write set) and
+        ``input_prefixes`` (the read set), so publications of disjoint prefixes run and publish side by
+        side (docs/howto/many-writers.md).
+    :param input_prefixes: the read set of the scoped fence: the prefixes the job reads (templated).
+    :param output_tables: Delta tables the job writes (``DeltaTableOutput`` or root paths, roots
+        templated; ``write_mode="direct"`` only). Before publishing, each table's staged change must be
+        Delta commits numbered on from the input's latest version; their versions at the output ref
+        go to the XCom ``delta_versions``, the asset events and OpenLineage (docs/delta.md).
     :param kwargs: the base operator's arguments.
     :raises InvalidInputError: at DAG parse time, for arguments that can never work.
     """
@@ -151,6 +167,9 @@ class FencedPublishOperatorBase(BaseOperator):
         stale_grace_period: float = 15.0,
         hard_fence: str = "off",
         replace_by_merge: bool = False,
+        fence_scope: str = "branch",
+        input_prefixes: Sequence[str] | None = None,
+        output_tables: Sequence[DeltaTableOutput | str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -191,12 +210,44 @@ class FencedPublishOperatorBase(BaseOperator):
             raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {hard_fence!r}")
         self.hard_fence = hard_fence
         self.replace_by_merge = replace_by_merge
+        if read_only and (fence_scope != "branch" or input_prefixes):
+            raise InvalidInputError("read_only=True publishes nothing: fence_scope and input_prefixes do not apply")
+        _check_scope(fence_scope, output_prefixes, input_prefixes)
+        self.fence_scope = fence_scope
+        self.input_prefixes = input_prefixes
+        self.output_tables = list(output_tables) if output_tables is not None else None
+        self._check_tables_at_parse_time()
         self._fence: AttemptFence | None = None
         self._outcome: PublishResult | None = None
         # Declared as they are, so Airflow knows this task produces them (the Assets view, the
         # graph); their events are emitted only when the attempt published (see _emit_asset_events).
         self._lakefs_outlets = [
             o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")
+        ]
+
+    def _check_tables_at_parse_time(self) -> None:
+        """Refuse at DAG parse time what ``PublishRequest.validated`` would refuse in every try."""
+        if not self.output_tables:
+            return
+        if self.read_only:
+            raise InvalidInputError("read_only=True writes nothing: output_tables does not apply")
+        if self.write_mode != "direct":
+            raise InvalidInputError(
+                "output_tables need write_mode='direct': Delta appends to a table's log where it lies (on the "
+                "staging branch), and a workspace upload would start a new table at version 0"
+            )
+        values = [t.root if isinstance(t, DeltaTableOutput) else t for t in self.output_tables]
+        values += list(self.output_prefixes or []) if not isinstance(self.output_prefixes, str) else []
+        if not any(isinstance(v, str) and "{{" in v for v in values):
+            check_output_mode(self.output_mode, self.output_prefixes, normalise_table_roots(self.output_tables))
+
+    def _rendered_tables(self, context: Any) -> list[DeltaTableOutput | str] | None:
+        """The declared tables with their roots rendered (a ``DeltaTableOutput`` is not templated by Airflow)."""
+        if self.output_tables is None:
+            return None
+        return [
+            dataclasses.replace(t, root=self.render_template(t.root, context)) if isinstance(t, DeltaTableOutput) else t
+            for t in self.output_tables
         ]
 
     @cached_property
@@ -249,6 +300,9 @@ class FencedPublishOperatorBase(BaseOperator):
             publish_budget=self.publish_budget,
             hard_fence=self.hard_fence,
             replace_by_merge=self.replace_by_merge,
+            fence_scope=self.fence_scope,
+            input_prefixes=self.input_prefixes,
+            output_tables=self._rendered_tables(context),
             deadline=None if timeout is None else time.monotonic() + timeout,
         )
         fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
@@ -287,6 +341,8 @@ class FencedPublishOperatorBase(BaseOperator):
         ti = context["ti"]
         for key in XCOM_KEYS:
             ti.xcom_push(key=key, value=getattr(result, key))
+        if self.output_tables:
+            ti.xcom_push(key=DELTA_VERSIONS_KEY, value=dict(result.delta_versions))
         self._outcome = result
         self._emit_asset_events(context, result)
         self.log.info(result.summary())
@@ -311,6 +367,7 @@ class FencedPublishOperatorBase(BaseOperator):
                 staged_commit=result.staged_commit,
                 decision=result.decision,
                 prefix=prefix,
+                delta_versions=result.delta_versions,
             )
             if result.supersedes is not None:
                 # Consumers of the replaced publication's event learn it is no longer on the branch.
@@ -324,7 +381,12 @@ class FencedPublishOperatorBase(BaseOperator):
 
     # -- OpenLineage (used when apache-airflow-providers-openlineage is installed) ---------------
 
-    def _lineage(self, input_commit: str | None, output_commit: str | None) -> Any:
+    def _lineage(
+        self,
+        input_commit: str | None,
+        output_commit: str | None,
+        delta_versions: Mapping[str, int | None] | None = None,
+    ) -> Any:
         from airflow_lakefence.core.engine import normalise_prefixes
         from airflow_lakefence.lineage import operator_lineage
 
@@ -336,6 +398,7 @@ class FencedPublishOperatorBase(BaseOperator):
             target_branch=self.target_branch,
             output_prefixes=normalise_prefixes(self.output_prefixes),
             output_commit=output_commit,
+            delta_versions=delta_versions,
         )
 
     def get_openlineage_facets_on_start(self) -> Any:
@@ -351,4 +414,31 @@ class FencedPublishOperatorBase(BaseOperator):
         if outcome is None:
             return self._lineage(None, None)
         published = outcome.decision in lakefs_assets.PUBLISHING_DECISIONS
-        return self._lineage(outcome.input_ref, outcome.output_ref if published else None)
+        if not published:
+            return self._lineage(outcome.input_ref, None)
+        return self._lineage(outcome.input_ref, outcome.output_ref, outcome.delta_versions)
+
+
+def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any) -> None:
+    """Refuse at parse time a scope that can never work; templated values are checked when rendered.
+
+    :raises InvalidInputError: for an unknown mode, the scoped mode without output prefixes, or
+        literal prefixes that nest, overlap or are not object paths.
+    """
+
+    def templated(value: Any) -> bool:
+        if value is None:
+            return False
+        if isinstance(value, str):
+            return "{{" in value or "{%" in value
+        if isinstance(value, (list, tuple)):
+            return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+        return True  # an XComArg or another value resolved at run time
+
+    if fence_scope not in tuple(ScopeMode):
+        raise InvalidInputError(f"fence_scope must be 'branch' or 'prefixes', got {fence_scope!r}")
+    if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
+        parse_scope(output_prefixes, input_prefixes, fence_scope)  # raises: the write set is missing
+    if templated(output_prefixes) or templated(input_prefixes):
+        return
+    parse_scope(output_prefixes, input_prefixes, fence_scope)

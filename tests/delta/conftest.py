@@ -10,9 +10,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import DAGS_FOLDER, load_dag_module
+
+HERE = Path(__file__).resolve().parent
+if not (DAGS_FOLDER / "deltadags").exists():
+    (DAGS_FOLDER / "deltadags").symlink_to(HERE / "dags")
+
+
+@pytest.fixture
+def delta_dags() -> Any:
+    """tests/delta/dags/delta_dags.py, with the failures of earlier tests forgotten."""
+    module = load_dag_module("deltadags/delta_dags.py")
+    module.FAILURES.clear()
+    return module
 
 
 @pytest.fixture
@@ -23,9 +38,9 @@ def gateway_lakefs(lakefs_server: Any) -> Any:
     return lakefs_server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def delta_spark() -> Iterator[Any]:
-    """One local SparkSession with Delta and S3A for the module (the JVM start dominates)."""
+    """One local SparkSession with Delta and S3A for the tier (the JVM start dominates)."""
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 

@@ -38,6 +38,7 @@ Tree = dict[str, bytes]
 @dataclass(frozen=True)
 class _Changed:
     path: str
+    type: str = "changed"
 
 
 @dataclass
@@ -58,6 +59,7 @@ class MemoryLakeFS:
         self._ids = itertools.count(1)
         self.commits: dict[str, CommitInfo] = {}
         self.trees: dict[str, Tree] = {}
+        self._order: dict[str, int] = {}
         root = self._new_commit((), {}, {}, "repository created")
         self.branches: dict[str, _Branch] = {"main": _Branch(root)}
         self.calls: dict[str, int] = {}
@@ -65,7 +67,9 @@ class MemoryLakeFS:
     # -- helpers for tests -------------------------------------------------------------------
 
     def _new_commit(self, parents: tuple[str, ...], tree: Tree, metadata: Mapping[str, str], message: str) -> str:
-        commit_id = hashlib.sha256(f"{next(self._ids)}".encode()).hexdigest()
+        order = next(self._ids)
+        commit_id = hashlib.sha256(f"{order}".encode()).hexdigest()
+        self._order[commit_id] = order
         self.commits[commit_id] = CommitInfo(commit_id, parents, dict(metadata), 1, message)
         self.trees[commit_id] = dict(tree)
         return commit_id
@@ -265,16 +269,98 @@ class MemoryLakeFS:
     def diff_uncommitted(self, repository: str, branch: str, *, prefix: str = "") -> list[_Changed]:
         self._count("diff_uncommitted")
         self._check_repo(repository)
-        return [_Changed(path) for path in sorted(self._branch(branch).staged) if path.startswith(prefix)]
+        staged, tree = self._branch(branch).staged, self.trees[self._branch(branch).head]
+        return [
+            _Changed(path, "removed" if staged[path] is None else "changed" if path in tree else "added")
+            for path in sorted(staged)
+            if path.startswith(prefix)
+        ]
 
     def diff_refs(
-        self, repository: str, left: str, right: str, *, prefix: str = "", limit: int = 1000
+        self,
+        repository: str,
+        left: str,
+        right: str,
+        *,
+        prefix: str = "",
+        after: str = "",
+        diff_type: str = "two_dot",
+        limit: int = 1000,
     ) -> list[_Changed]:
         self._count("diff_refs")
         self._check_repo(repository)
-        a, b = self.trees[self._resolve(left)], self.trees[self._resolve(right)]
-        changed = sorted(p for p in set(a) | set(b) if p.startswith(prefix) and a.get(p) != b.get(p))
-        return [_Changed(path) for path in changed[:limit]]
+        left_id, right_id = self._resolve(left), self._resolve(right)
+        if diff_type == "three_dot":  # what the right side changed since the merge base
+            left_id = self._nearest_common(left_id, right_id)
+        a, b = self.trees[left_id], self.trees[right_id]
+        changed = sorted(
+            p for p in set(a) | set(b) if p.startswith(prefix) and p > after and a.get(p) != b.get(p)
+        )
+        return [_Changed(p, "added" if p not in a else "removed" if p not in b else "changed") for p in changed[:limit]]
+
+    def _nearest_common(self, one: str, other: str) -> str:
+        common = self._ancestors(one) & self._ancestors(other)
+        return max(common, key=lambda c: len(self._ancestors(c)))
+
+    def log_commits(
+        self,
+        repository: str,
+        ref: str,
+        *,
+        objects: Iterable[str] = (),
+        prefixes: Iterable[str] = (),
+        amount: int,
+        limit: bool = True,
+    ) -> list[CommitInfo]:
+        self._count("log_commits")
+        self._check_repo(repository)
+        paths, under = tuple(objects), tuple(prefixes)
+        newest_first = sorted(self._ancestors(self._resolve(ref)), key=lambda c: self._order[c], reverse=True)
+        found = []
+        for commit_id in newest_first:
+            commit = self.commits[commit_id]
+            if paths or under:
+                if len(commit.parents) != 1:  # lakeFS lists no merge commit when filtering by path
+                    continue
+                mine, before = self.trees[commit_id], self.trees[commit.parents[0]]
+                touched = [p for p in set(mine) | set(before) if mine.get(p) != before.get(p)]
+                if not any(p in paths or p.startswith(under) for p in touched):
+                    continue
+            found.append(commit)
+            if len(found) >= amount:
+                break
+        return found
+
+    def revert(
+        self,
+        repository: str,
+        branch: str,
+        ref: str,
+        *,
+        parent_number: int = 1,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        self._count("revert")
+        self._check_repo(repository)
+        target = self._branch(branch)
+        if target.staged:
+            raise LakeFSBadRequestError("cannot revert on a dirty branch", status=400)
+        commit = self.commits[self._resolve(ref)]
+        undone, parent = self.trees[commit.id], self.trees[commit.parents[parent_number - 1]]
+        tree = dict(self.trees[target.head])
+        for path in set(undone) | set(parent):
+            if undone.get(path) == parent.get(path):
+                continue
+            if tree.get(path) != undone.get(path):
+                raise LakeFSConflictError(f"revert conflict at {path!r}", status=409)
+            if path in parent:
+                tree[path] = parent[path]
+            else:
+                tree.pop(path, None)
+        target.head = self._new_commit(
+            (target.head,), tree, dict(metadata or {}), message or f"Revert {commit.id}"
+        )
 
     def delete_objects(self, repository: str, branch: str, paths: Iterable[str]) -> int:
         self._count("delete_objects")

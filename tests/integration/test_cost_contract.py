@@ -429,6 +429,10 @@ class Scenario:
     # Try 1's publication is taken off the target before try 2 starts and lands again during try 2's
     # job: a zombie try 1 publishing late (set up through the backdoor: no counted call).
     zombie_publishes_during_retry_job: bool = False
+    # The target starts here instead of at the input (a commit the input is an ancestor of), and gets
+    # one more commit changing a path outside the write set: a target that moved past the input.
+    target_from: str | None = None
+    disjoint_commit_on_target: bool = False
 
 
 @dataclass
@@ -458,8 +462,11 @@ def run_publish(
     Every try starts as in a fresh worker process: the hard-fence check's per-process memory is cleared.
     """
     target = f"{PROTECTED_PREFIX if scenario.protected else 'target-'}{uuid.uuid4().hex[:12]}"
-    server.create_branch(target, input_commit)
+    server.create_branch(target, scenario.target_from or input_commit)
     foreign: list[str] = []
+    if scenario.disjoint_commit_on_target:
+        server.stage(target, ["other/part-0"], b"another writer's partition")
+        foreign.append(server.commit(target, "another writer", allow_empty=False))
     if scenario.foreign_commit_before_run:
         foreign.append(server.commit(target, "someone else"))
     probe = Probe(controls, api_calls)
@@ -665,17 +672,18 @@ def test_fail_closed_before_the_job(
 def test_output_prefixes_add_one_diff_per_prefix_level(
     measure: Callable[..., Run], server: Backdoor, history: dict[int, str], dags: Any, objects: int
 ) -> None:
-    """Direct mode with ``output_prefixes=["out/"]``: one uncommitted-diff listing, whatever the volume,
-    and (``output_mode="replace"``) one listing of what the input holds under the prefix.
+    """Direct mode with ``output_prefixes=["out/"]``: one uncommitted-diff listing after the job,
+    whatever the volume, and (``output_mode="replace"``) one listing of what the input holds under
+    the prefix, before the job (a Delta table there is refused before any write).
 
-    These are two calls over the ≤ 5 after the job (see docs/performance.md).
+    The diff is one call over the ≤ 5 after the job (see docs/performance.md).
     """
     run = measure(dags.direct_prefixes_dag, history[1000], Scenario(objects=objects))
     assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
     assert server.count_objects(run.target) == server.cap(objects)
     before, after = CONTRACT["merge"]
-    assert run.attempts[1].before == before
-    assert run.attempts[1].after == {**after, "diffBranch": 1, "listObjects": 1}
+    assert run.attempts[1].before == {**before, "listObjects": 1}
+    assert run.attempts[1].after == {**after, "diffBranch": 1}
     assert run.attempts[1].total == MAX_CALLS_PER_ATTEMPT + 1
 
 
@@ -877,3 +885,72 @@ def test_hard_fence_table_replace_after_the_refusal(
     assert run.published_before_death[0] in run.xcom["reason"]  # the zombie's publication, replaced
     # Try 2 started on the input (the zombie's publication had not landed): no getObject.
     assert_hard_fence_row(run.attempts[2], "replace_after_refusal", "hard", retry=True, uploads=1, head_is_input=True)
+
+
+# -- the scoped fence (docs/howto/many-writers.md) ---------------------------------------------
+
+#: Commits between the input and the target's HEAD that the scoped cost must be flat in.
+SCOPED_MOVES = (1, 100, 1000)
+#: A first try of a scoped publish (one write prefix) onto a target that moved past the input outside
+#: the scope: before the job, the merge base proves the input an ancestor of the target (where the
+#: branch-wide fence refuses before the job); after it, the soft fence reads the target and asks one
+#: diff per fenced prefix, the hard fence v2 sends the merge at once (lakeFS checks the scope). The
+#: workspace's one upload, and the listing of what the input holds under the declared output prefix
+#: (``output_mode="replace"``, as in the branch-wide mode with ``output_prefixes``), are the job's.
+_SCOPED_OUTPUT = {"uploadObject": 1, "listObjects": 1}
+SCOPED_CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
+    "soft": (
+        {**_BEFORE, "findMergeBase": 1},
+        {**CONTRACT["merge"][1], "diffRefs": 1, **_SCOPED_OUTPUT},
+    ),
+    "hard": (
+        {**HF_BEFORE["hard"], "getObject": 1, "findMergeBase": 1},  # HEAD is not the input: no vouch
+        {**HARD_FENCE_CONTRACT[("merge", "hard")], **_SCOPED_OUTPUT},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def scoped_fenced_line(server: Backdoor, history: dict[int, str]) -> tuple[str, str]:
+    """A branch whose first commit above the creation carries the hard fence, then 999 empty commits;
+    returns (the fenced input, the branch's tip)."""
+    server.create_branch("scoped-fenced", history[1])
+    fenced = server.install_hard_fence("scoped-fenced")
+    for n in range(max(SCOPED_MOVES) - 1):
+        server.commit("scoped-fenced", f"moved {n}")
+    return fenced, server.get_commit("scoped-fenced").id
+
+
+@pytest.mark.scoped
+@pytest.mark.parametrize("fence", ["soft", "hard"])
+@pytest.mark.parametrize("moves", SCOPED_MOVES)
+def test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix(
+    measure: Callable[..., Run],
+    server: Backdoor,
+    history: dict[int, str],
+    scoped_fenced_line: tuple[str, str],
+    dags: Any,
+    fence: str,
+    moves: int,
+) -> None:
+    """``moves`` commits between the input and the target's HEAD (the last one another writer's
+    partition): the same calls at 1, 100 and 1,000."""
+    if fence == "soft":
+        tip = history[MAX_DEPTH]
+        input_commit = server.get_commit(f"{tip}~{moves - 1}").id
+        dag = dags.scoped_off_dag
+    else:
+        input_commit, tip = scoped_fenced_line
+        tip = server.get_commit(f"{tip}~{max(SCOPED_MOVES) - moves}").id
+        dag = dags.scoped_require_dag
+    scenario = Scenario(
+        objects=0, target_from=tip, disjoint_commit_on_target=True, files_by_try={1: {"out/a.txt": "mine"}}
+    )
+    run = measure(dag, input_commit, scenario)
+    assert run.dag_run.state == "success" and list(run.attempts) == [1]
+    assert run.xcom["decision"] == "merge" and run.xcom["input_ref"] == input_commit
+    head = server.get_commit(run.target)
+    assert head.id == run.xcom["output_ref"] and head.parents[0] == run.foreign[0]
+    assert server.count_objects(head.id, "out/") == 1 and server.count_objects(head.id, "other/") == 1
+    before, after = SCOPED_CONTRACT[fence]
+    assert (run.attempts[1].before, run.attempts[1].after) == (before, after)

@@ -335,8 +335,6 @@ def test_an_input_the_target_is_built_on_costs_no_extra_read(world: World) -> No
 
 
 def test_a_retry_removes_the_temporary_branch_of_a_killed_merge_only_replacement(world: World) -> None:
-    if isinstance(world, MemoryWorld):
-        pytest.skip("the in-memory lakeFS has no revert (merge-only replacement runs on the lakeFS backends)")
     failpoints.arm("after_verify", crash)
     with pytest.raises(Crash):
         Run(world, files={"out/try1.txt": "1"})()  # try 1 publishes and dies: an abandoned publication

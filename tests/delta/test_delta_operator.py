@@ -1,0 +1,238 @@
+"""The fenced Spark operator publishing a Delta table: real Airflow (``dag.test()``), real lakeFS, real
+PySpark in local mode writing through the S3 gateway with Delta's jar from Maven.
+
+Each fenced try is a ``spark-submit`` of the example's job (dags_examples/jobs/delta_events.py);
+the test process reads the published table back with plain ``spark.read.format("delta")`` at the
+published commit (one SparkSession for the tier, tests/delta/conftest.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.delta import DeltaTableOutput
+from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.exceptions import DeltaOutputModeError, PublishFenceError
+from airflow_lakefence.spark import configure_s3a
+from tests.conftest import DAGS_FOLDER, TIER_FIGURES_PROPERTY
+from tests.integration.helpers import die_after_publishing, staging_branches, xcoms
+
+pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
+
+pytestmark = [
+    pytest.mark.delta,
+    pytest.mark.spark,
+    pytest.mark.s3a,
+    pytest.mark.real_lakefs,
+    pytest.mark.usefixtures("airflow_db", "lakefs_conn", "gateway_lakefs"),
+]
+
+TABLE = DeltaTableOutput("tables/events")
+ROWS = 200
+D1, D2, D3 = "2026-11-01", "2026-11-02", "2026-11-03"
+FIGURES: dict[str, float] = {}
+
+
+@pytest.fixture(autouse=True)
+def _figures_and_failpoints(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test's wall time in the run's summary; no failpoint outlives its test."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        failpoints.disarm_all()
+        FIGURES[f"{request.node.name} s"] = time.monotonic() - started
+        request.node.user_properties.append((f"{TIER_FIGURES_PROPERTY}delta operator tier", json.dumps(FIGURES)))
+
+
+def table_at(spark: Any, repo: lakefs.Repository, ref: str, **options: str) -> Any:
+    """The table as a plain Delta reader sees it at a lakeFS commit."""
+    return spark.read.format("delta").options(**options).load(f"s3a://{repo.id}/{ref}/{TABLE.root}")
+
+
+def counts(df: Any) -> Counter[tuple[str, str]]:
+    return Counter({(r["day"], r["tag"]): r["count"] for r in df.groupBy("day", "tag").count().collect()})
+
+
+def log_versions(repo: lakefs.Repository, ref: str) -> list[int]:
+    names = [o.path.rsplit("/", 1)[1] for o in repo.ref(ref).objects(prefix=TABLE.log_prefix)]
+    return sorted(int(n.removesuffix(".json")) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+def reader(spark: Any, server: Any, repo: lakefs.Repository) -> Any:
+    """The tier's SparkSession pointed at the repository through the gateway (as a job would be)."""
+    locations = AttemptLocations(
+        repository=repo.id,
+        target_branch="main",
+        input_commit="main",
+        staging_branch=None,
+        workspace=None,
+        write_mode="read_only",
+        endpoint=server.url,
+    )
+    secrets = {"LAKEFS_ACCESS_KEY_ID": server.access_key_id, "LAKEFS_SECRET_ACCESS_KEY": server.secret_access_key}
+    configure_s3a(spark, locations, secrets)
+    return spark
+
+
+def seed_table(spark: Any, repo: lakefs.Repository) -> str:
+    """Version 0 of the table (days D1 and D2, tag ``seed``) written straight on main and committed."""
+    df = spark.createDataFrame(
+        [(d, i, "seed") for d in (D1, D2) for i in range(ROWS)], "day string, id long, tag string"
+    )
+    df.write.format("delta").partitionBy("day").save(f"s3a://{repo.id}/main/{TABLE.root}")
+    return repo.branch("main").commit("seed the events table").get_commit().id
+
+
+def asset_extras(uri: str) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+        return [dict(r.extra) for r in rows.filter(AssetModel.uri == uri).order_by(AssetEvent.id)]
+
+
+def test_the_example_dag_appends_days_and_reruns_a_past_day_three_times(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_examples/example_delta_events.py: create, append, three re-runs of one day → one version each."""
+    from airflow.models.pool import Pool
+
+    repo = lakefs_repo
+    monkeypatch.setenv("LAKEFENCE_EXAMPLE_REPOSITORY", repo.id)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    Pool.create_or_update_pool(f"lakefs_{repo.id}_main", slots=1, description="one writer", include_deferred=False)
+    spec = importlib.util.spec_from_file_location(
+        "lakefence_example_delta", DAGS_FOLDER / "examples" / "example_delta_events.py"
+    )
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    task = example.dag.get_task("events")
+    assert task.write_mode == "direct" and task.s3a and [t.root for t in task.output_tables] == [TABLE.root]
+
+    def run(day: str, tag: str, rerun: bool = False) -> dict[str, Any]:
+        dr = example.dag.test(logical_date=None, run_conf={"day": day, "rerun": rerun, "rows": ROWS, "tag": tag})
+        assert dr.state == "success"
+        values = xcoms(dr, "events")
+        assert values["output_ref"] == repo.branch("main").get_commit().id
+        return values
+
+    created = run(D1, "first")
+    assert created["decision"] == "merge" and created["delta_versions"] == {"tables/events/": 0}
+    appended = run(D2, "first")
+    assert appended["delta_versions"] == {"tables/events/": 1}
+    reruns = [run(D1, f"rerun {n}", rerun=True) for n in (1, 2, 3)]
+    assert [r["delta_versions"] for r in reruns] == [{"tables/events/": v} for v in (2, 3, 4)]
+    # Each publication merged onto the previous one: the input of each is the HEAD the last left.
+    assert [r["input_ref"] for r in reruns] == [appended["output_ref"], *(r["output_ref"] for r in reruns[:2])]
+
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    final = reruns[-1]["output_ref"]
+    # A plain Delta reader at the published commit: the re-run day's rows exactly once (the last
+    # re-run's), the other day untouched; the log contiguous.
+    assert counts(table_at(spark, repo, final)) == Counter({(D1, "rerun 3"): ROWS, (D2, "first"): ROWS})
+    assert log_versions(repo, final) == [0, 1, 2, 3, 4]
+    # Time travel inside the published commit, and each earlier publication's own commit, agree.
+    assert counts(table_at(spark, repo, final, versionAsOf="1")) == Counter({(D1, "first"): ROWS, (D2, "first"): ROWS})
+    assert counts(table_at(spark, repo, reruns[0]["output_ref"])) == counts(
+        table_at(spark, repo, final, versionAsOf="2")
+    )
+    # The table's asset events name the commit and the Delta version.
+    extras = asset_extras(f"lakefs://{repo.id}/main/{TABLE.root}")
+    assert [(e["delta_table"], e["delta_version"], e["output_ref"]) for e in extras] == [
+        (TABLE.root, v, r["output_ref"]) for v, r in enumerate([created, appended, *reruns])
+    ]
+    assert staging_branches(repo) == []
+
+
+def test_a_retry_after_a_driver_died_having_published_leaves_one_version(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    """Try 1 publishes version 1 and dies before Airflow records it; try 2 replaces it: one version 1."""
+    repo = lakefs_repo
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    input_commit = seed_table(spark, repo)
+    abandoned = die_after_publishing(repo)
+    conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "k"}
+    dr = delta_dags.events_dag.test(run_conf=conf)
+    assert dr.state == "success", delta_dags.FAILURES
+    values = xcoms(dr, "events")
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "replace" and values["output_ref"] == head.id
+    assert values["delta_versions"] == {"tables/events/": 1}
+    assert len(abandoned) == 1 and abandoned[0] != head.id
+    assert repo.commit(abandoned[0]).get_commit().parents[0] == input_commit  # try 1's publication, replaced
+    assert log_versions(repo, head.id) == [0, 1]
+    got = counts(table_at(spark, repo, head.id))
+    # No duplicate rows: the day holds the retry's rows only.
+    assert got == Counter({(D1, "seed"): ROWS, (D2, "seed"): ROWS, (D3, "run k try 2"): ROWS}), got
+    assert staging_branches(repo) == []
+
+
+def test_a_foreign_delta_commit_during_the_job_fails_closed_and_keeps_the_evidence(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    repo = lakefs_repo
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    input_commit = seed_table(spark, repo)
+
+    def foreign_writer() -> None:
+        # Another writer appends version 1 of the table on main while our job ran.
+        spark.createDataFrame([(D3, 0, "foreign")], "day string, id long, tag string").write.format("delta").mode(
+            "append"
+        ).save(f"s3a://{repo.id}/main/{TABLE.root}")
+        repo.branch("main").commit("foreign Delta commit")
+
+    failpoints.arm("after_job", foreign_writer)
+    conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "ours"}
+    dr = delta_dags.events_once_dag.test(run_conf=conf)
+    assert dr.state == "failed"
+    error = delta_dags.FAILURES[("lf_delta_events_once", 1)]
+    assert isinstance(error, PublishFenceError), error
+    # Fail closed: main holds the foreign version 1 only, our staged version 1 is kept as evidence.
+    head = repo.branch("main").get_commit().id
+    assert counts(table_at(spark, repo, head)).get((D3, "foreign")) == 1
+    assert log_versions(repo, head) == [0, 1]
+    assert staging_branches(repo) == [error.staging_branch]
+    evidence = repo.branch(error.staging_branch).get_commit().id
+    assert counts(table_at(spark, repo, evidence)).get((D3, "run ours try 1")) == ROWS
+
+
+def test_replace_declared_on_a_table_root_is_refused_before_the_job(
+    lakefs_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    from airflow_lakefence.operators import FencedSparkPublishOperator
+
+    # Known at parse time: the DAG does not load.
+    with pytest.raises(DeltaOutputModeError, match="is the table's root 'tables/events', and output_mode='replace'"):
+        FencedSparkPublishOperator(
+            task_id="refused",
+            application="job.py",
+            repository="repo",
+            target_branch="main",
+            input_ref="main",
+            write_mode="direct",
+            output_prefixes=["tables/events/"],
+            output_tables=[TABLE],
+        )
+    # Known only at run time (a templated prefix above the table): the try fails before any write.
+    head = lakefs_repo.branch("main").get_commit().id
+    conf = {"repository": lakefs_repo.id, "input_ref": head, "day": D1, "prefix": "tables/"}
+    dr = delta_dags.replace_templated_dag.test(run_conf=conf)
+    assert dr.state == "failed"
+    error = delta_dags.FAILURES[("lf_delta_replace_templated", 1)]
+    assert isinstance(error, DeltaOutputModeError) and "contains the table 'tables/events'" in str(error)
+    assert "delete every object there the job did not write" in str(error)
+    assert lakefs_repo.branch("main").get_commit().id == head and staging_branches(lakefs_repo) == []
+    assert xcoms(dr, "events").get("staging_branch") is None  # no staging branch was ever created
