@@ -897,14 +897,16 @@ SCOPED_MOVES = (1, 100, 1000)
 #: diff per fenced prefix, the hard fence v2 sends the merge at once (lakeFS checks the scope). The
 #: workspace's one upload, and the listing of what the input holds under the declared output prefix
 #: (``output_mode="replace"``, as in the branch-wide mode with ``output_prefixes``), are the job's.
-_SCOPED_OUTPUT = {"uploadObject": 1, "listObjects": 1}
+_SCOPED_OUTPUT = {"uploadObject": 1}
+#: ``output_mode="replace"`` lists what the input holds under the declared prefix before the job.
+_SCOPED_LISTING = {"listObjects": 1}
 SCOPED_CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "soft": (
-        {**_BEFORE, "findMergeBase": 1},
+        {**_BEFORE, "findMergeBase": 1, **_SCOPED_LISTING},
         {**CONTRACT["merge"][1], "diffRefs": 1, **_SCOPED_OUTPUT},
     ),
     "hard": (
-        {**HF_BEFORE["hard"], "getObject": 1, "findMergeBase": 1},  # HEAD is not the input: no vouch
+        {**HF_BEFORE["hard"], "getObject": 1, "findMergeBase": 1, **_SCOPED_LISTING},  # a moved HEAD: no vouch
         {**HARD_FENCE_CONTRACT[("merge", "hard")], **_SCOPED_OUTPUT},
     ),
 }
