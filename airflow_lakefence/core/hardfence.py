@@ -34,178 +34,89 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote
 
+from airflow_lakefence.core.hardfence_action import (  # the action file is data: re-exported here
+    ACTION_NAME,
+    ACTION_PATH,
+    BRANCH_WIDE_VERSIONS,
+    DESCRIPTIONS,
+    EXPECTED_HEAD_KEY,
+    FENCE_KEY,
+    HARD_FENCE_VERSION,
+    HOOK_ID,
+    INSTALL_COMMAND,
+    INSTALL_KEY,
+    LUA_SCRIPT_V1,
+    LUA_SCRIPT_V2,
+    LUA_SCRIPTS,
+    MARKER_VERSION_RE,
+    MAX_SCOPE_PREFIXES,
+    REJECTION_MARKER,
+    REJECTION_RE,
+    RUN_ID_RE,
+    SCOPE_COUNT_KEY,
+    SCOPE_KEY_PREFIX,
+    SCOPED_REJECTION_RE,
+    SCOPED_VERSION,
+    VERSION_LINE,
+    VERSION_RE,
+    lua_script,
+    render_action,
+    render_action_bytes,
+)
 from airflow_lakefence.exceptions import LakeFSNotFoundError
 
-#: The version of the shipped hook; bumped whenever the rendered action changes.
-HARD_FENCE_VERSION = 2
-#: The first version that checks scoped merges (prefix-scoped publications).
-SCOPED_VERSION = 2
-#: Older versions whose exact file still fences branch-wide merges (they refuse scoped ones).
-_BRANCH_WIDE_VERSIONS = frozenset({1})
-#: The action's name in lakeFS (unique per repository) and its hook id.
-ACTION_NAME = "lakefence_hard_fence"
-HOOK_ID = "lakefence_expected_head"
-#: Where the action file lives in the repository's tree (lakeFS reads ``_lakefs_actions/`` only).
-ACTION_PATH = "_lakefs_actions/lakefence_hard_fence.yaml"
-#: The merge metadata key naming the expected first parent (a commit id); for a scoped merge, the
-#: expected *base*: the commit since which nothing may have changed inside the scope.
-EXPECTED_HEAD_KEY = "lakefence.expected_head"
-#: The merge metadata key marking the merge that installs the fence.
-INSTALL_KEY = "lakefence.hard_fence_install"
-#: The merge metadata key with which a lakefence publication vouches for its own tree: the action
-#: file is exactly the one the version named here shipped (see :func:`vouched_check`).
-FENCE_KEY = "lakefence.hard_fence"
-#: The merge metadata key holding how many scope prefixes a scoped merge names (``"1"``...).
-SCOPE_COUNT_KEY = "lakefence.scope.count"
-#: The merge metadata keys of the scope prefixes themselves: ``lakefence.scope.1`` ... (1-based).
-#: One key per prefix, the prefix as the plain value: nothing to escape, whatever it contains.
-SCOPE_KEY_PREFIX = "lakefence.scope."
-#: The most prefixes a scoped merge may name (the hook makes one lakeFS diff call per prefix).
-MAX_SCOPE_PREFIXES = 64
-#: The text the hook's error starts with; lakeFS relays it in the 412 message.
-REJECTION_MARKER = "LAKEFENCE_HARD_FENCE_REJECTED"
-#: The command that installs or upgrades the fence (named in messages).
-INSTALL_COMMAND = "python -m airflow_lakefence.hardfence install"
-
-_VERSION_LINE = "# lakefence-hard-fence-version: "
-_VERSION_RE = re.compile(r"^# lakefence-hard-fence-version: (\d+)\s*$", re.MULTILINE)
-_REJECTION_RE = re.compile(
-    REJECTION_MARKER + r" v(?P<version>\d+): branch (?P<branch>\S*) moved to (?P<found>\S+), "
-    r"expected head (?P<expected>\S+)"
-)
-# The scoped rejection: prefix and path are percent-encoded by the hook (no spaces, no quotes).
-_SCOPED_REJECTION_RE = re.compile(
-    REJECTION_MARKER + r" v(?P<version>\d+): branch (?P<branch>\S*) scope (?P<prefix>\S+) changed since "
-    r"expected base (?P<expected>\S+): path (?P<path>\S+) \((?P<type>[\w_]+)\), merge computed on (?P<found>\S+)"
-)
-_MARKER_VERSION_RE = re.compile(REJECTION_MARKER + r" v(?P<version>\d+)")
-_RUN_ID_RE = re.compile(r"run id '([^']+)'")
-
-# error(..., 0): level 0 keeps Lua's "chunk:line:" position out of the message the client parses.
-_LUA_SCRIPT_V1 = f"""\
--- airflow-lakefence hard fence v1: a compare-and-swap for lakefence merges.
--- parents[1] is the destination HEAD lakeFS computed this merge against; lakeFS re-runs the
--- hook whenever it recomputes the merge on a moved destination.
-local expected = action.commit.metadata["{EXPECTED_HEAD_KEY}"]
-if expected == nil or expected == "" then
-  return
-end
-local first = action.commit.parents[1]
-if first ~= expected then
-  error("{REJECTION_MARKER} v1: branch " .. tostring(action.branch_id) ..
-    " moved to " .. tostring(first) .. ", expected head " .. expected, 0)
-end
-"""
-
-# Version 2 keeps version 1's rule for branch-wide merges and adds the scoped rule: a merge naming
-# scope prefixes passes on a moved destination when no commit since the expected base changed a
-# path under any of them. diff_refs is three-dot (lakeFS's default): "what changed on the
-# destination since its merge base with the expected base". The prefix and path in the message
-# are percent-encoded so that the client can parse them whatever they contain.
-_LUA_SCRIPT_V2 = f"""\
--- airflow-lakefence hard fence v{HARD_FENCE_VERSION}: a compare-and-swap for lakefence merges,
--- branch-wide or scoped to prefixes. parents[1] is the destination HEAD lakeFS computed this merge
--- against; lakeFS re-runs the hook whenever it recomputes the merge on a moved destination.
-local meta = action.commit.metadata
-local expected = meta["{EXPECTED_HEAD_KEY}"]
-if expected == nil or expected == "" then
-  return
-end
-local first = action.commit.parents[1]
-if first == expected then
-  return
-end
-local marker = "{REJECTION_MARKER} v{HARD_FENCE_VERSION}: branch " .. tostring(action.branch_id)
-local count = meta["{SCOPE_COUNT_KEY}"]
-if count == nil or count == "" then
-  error(marker .. " moved to " .. tostring(first) .. ", expected head " .. expected, 0)
-end
-local n = tonumber(count)
-if n == nil or n ~= math.floor(n) or not (n >= 1 and n <= {MAX_SCOPE_PREFIXES}) then
-  error(marker .. " scope malformed: {SCOPE_COUNT_KEY} is " .. count, 0)
-end
--- lakeFS's Lua (go-lua) has no gsub/match: encode byte by byte, with a plain find.
-local safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/="
-local function enc(s)
-  local out = {{}}
-  for i = 1, string.len(s) do
-    local c = string.sub(s, i, i)
-    if string.find(safe, c, 1, true) then
-      out[#out + 1] = c
-    else
-      out[#out + 1] = string.format("%%%02X", string.byte(c))
-    end
-  end
-  return table.concat(out)
-end
-local lakefs = require("lakefs")
-for i = 1, n do
-  local prefix = meta["{SCOPE_KEY_PREFIX}" .. i]
-  if prefix == nil or prefix == "" then
-    error(marker .. " scope malformed: no {SCOPE_KEY_PREFIX}" .. i, 0)
-  end
-  local status, diff = lakefs.diff_refs(action.repository_id, expected, first, "", prefix, "", 1)
-  if status ~= 200 then
-    error(marker .. " scope " .. enc(prefix) .. " not checked: diff from expected base " .. expected ..
-      " answered " .. tostring(status), 0)
-  end
-  local change = diff.results[1]
-  if change ~= nil then
-    error(marker .. " scope " .. enc(prefix) .. " changed since expected base " .. expected .. ": path " ..
-      enc(change.path) .. " (" .. tostring(change.type) .. "), merge computed on " .. tostring(first), 0)
-  end
-end
-"""
-
-_LUA_SCRIPTS = {1: _LUA_SCRIPT_V1, 2: _LUA_SCRIPT_V2}
-_DESCRIPTIONS = {
-    1: "Reject a lakefence merge whose first parent is not the expected head named in its metadata",
-    2: "Reject a lakefence merge whose destination moved (branch-wide) or changed inside its scope "
-    "(scoped) since the head named in its metadata",
-}
-
-
-def lua_script(version: int = HARD_FENCE_VERSION) -> str:
-    """Return the hook's Lua source.
-
-    :param version: the version (the current one by default; older ones for checks and tests).
-    :raises KeyError: for a version this package never shipped.
-    """
-    return _LUA_SCRIPTS[version]
-
-
-def render_action(version: int = HARD_FENCE_VERSION) -> str:
-    """Render the action file (YAML) exactly as the installer writes it.
-
-    The text is fixed for a given version, so an installed copy is checked by comparing bytes.
-
-    :param version: the version (the current one by default).
-    :raises KeyError: for a version this package never shipped.
-    """
-    script = "".join(f"        {line}\n" if line else "\n" for line in _LUA_SCRIPTS[version].splitlines())
-    return (
-        f"{_VERSION_LINE}{version}\n"
-        "# Installed by airflow-lakefence. Do not edit: `python -m airflow_lakefence.hardfence check`\n"
-        "# compares this file byte for byte with the version the package ships.\n"
-        f"name: {ACTION_NAME}\n"
-        f"description: {_DESCRIPTIONS[version]}\n"
-        "on:\n"
-        "  pre-merge:\n"
-        "hooks:\n"
-        f"  - id: {HOOK_ID}\n"
-        "    type: lua\n"
-        "    properties:\n"
-        "      script: |\n"
-        f"{script}"
-    )
-
-
-def render_action_bytes(version: int = HARD_FENCE_VERSION) -> bytes:
-    """Return :func:`render_action` encoded as UTF-8 (what is uploaded).
-
-    :param version: the version (the current one by default).
-    """
-    return render_action(version).encode()
+#: The module's names, the action file's included (re-exported: callers know them as the hard fence's).
+__all__ = [
+    "ACTION_NAME",
+    "ACTION_PATH",
+    "BRANCH_WIDE_VERSIONS",
+    "DESCRIPTIONS",
+    "EXPECTED_HEAD_KEY",
+    "FENCE_KEY",
+    "HARD_FENCE_VERSION",
+    "HOOK_ID",
+    "INSTALL_COMMAND",
+    "INSTALL_KEY",
+    "LUA_SCRIPTS",
+    "LUA_SCRIPT_V1",
+    "LUA_SCRIPT_V2",
+    "MARKER_VERSION_RE",
+    "MAX_SCOPE_PREFIXES",
+    "REJECTION_MARKER",
+    "REJECTION_RE",
+    "REPLACES_KEY",
+    "RUN_ID_RE",
+    "SCOPED_REJECTION_RE",
+    "SCOPED_VERSION",
+    "SCOPE_COUNT_KEY",
+    "SCOPE_KEY_PREFIX",
+    "UNWIND_KEY",
+    "VERSION_LINE",
+    "VERSION_RE",
+    "FenceCheck",
+    "FenceReadPort",
+    "FenceStatus",
+    "MergeRejection",
+    "RejectionKind",
+    "check_action",
+    "check_ref",
+    "classify_rejection",
+    "expected_head_metadata",
+    "expected_head_of",
+    "explain_scoped_rejection",
+    "fence_vouch_metadata",
+    "forget_checks",
+    "installed_version",
+    "is_chain_link",
+    "link_metadata",
+    "lua_script",
+    "render_action",
+    "render_action_bytes",
+    "scope_of",
+    "scoped_merge_metadata",
+    "unwind_ref",
+    "vouched_check",
+]
 
 
 def expected_head_metadata(head: str) -> dict[str, str]:
@@ -307,7 +218,7 @@ class FenceCheck:
         """
         if self.status in (FenceStatus.OK, FenceStatus.NEWER):
             return True
-        return self.status is FenceStatus.OUTDATED and self.installed_version in _BRANCH_WIDE_VERSIONS
+        return self.status is FenceStatus.OUTDATED and self.installed_version in BRANCH_WIDE_VERSIONS
 
     @property
     def scoped(self) -> bool:
@@ -340,7 +251,7 @@ def installed_version(content: bytes | str) -> int | None:
     :param content: the file's content.
     """
     text = content.decode(errors="replace") if isinstance(content, bytes) else content
-    match = _VERSION_RE.search(text)
+    match = VERSION_RE.search(text)
     return None if match is None else int(match.group(1))
 
 
@@ -366,7 +277,7 @@ def check_action(content: bytes | str | None, *, where: str = "the commit") -> F
             f"{ACTION_PATH} on {where} is not a lakefence hard fence (no version marker)",
         )
     if version < HARD_FENCE_VERSION:
-        if version in _LUA_SCRIPTS and text != render_action(version):
+        if version in LUA_SCRIPTS and text != render_action(version):
             return FenceCheck(
                 FenceStatus.MODIFIED,
                 version,
@@ -438,14 +349,14 @@ def classify_rejection(message: str) -> MergeRejection:
 
     :param message: the 412 answer's message.
     """
-    run = _RUN_ID_RE.search(message)
+    run = RUN_ID_RE.search(message)
     run_id = None if run is None else run.group(1)
-    match = _REJECTION_RE.search(message)
+    match = REJECTION_RE.search(message)
     if match is not None:
         return MergeRejection(
             RejectionKind.HARD_FENCE, run_id, match.group("found"), match.group("expected"), int(match.group("version"))
         )
-    scoped = _SCOPED_REJECTION_RE.search(message)
+    scoped = SCOPED_REJECTION_RE.search(message)
     if scoped is not None:
         return MergeRejection(
             RejectionKind.HARD_FENCE,
@@ -456,7 +367,7 @@ def classify_rejection(message: str) -> MergeRejection:
             unquote(scoped.group("prefix")),
             unquote(scoped.group("path")),
         )
-    marker = _MARKER_VERSION_RE.search(message)
+    marker = MARKER_VERSION_RE.search(message)
     if marker is not None:
         return MergeRejection(RejectionKind.HARD_FENCE, run_id, version=int(marker.group("version")))
     if REJECTION_MARKER in message:
@@ -592,10 +503,10 @@ def vouched_check(
     if not value.isdigit():
         return None
     version = int(value)
-    if version in _LUA_SCRIPTS:
+    if version in LUA_SCRIPTS:
         return check_action(render_action(version), where=where)
     if version > HARD_FENCE_VERSION:  # a newer package's fence: judged as its file would be
-        return check_action(f"{_VERSION_LINE}{version}\n", where=where)
+        return check_action(f"{VERSION_LINE}{version}\n", where=where)
     return None
 
 
