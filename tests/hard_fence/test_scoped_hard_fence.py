@@ -11,7 +11,6 @@ the ``lakefs`` SDK directly.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from airflow_lakefence.hardfence.__main__ import main as cli_main
 from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, stage
+from tests.integration.helpers import run_together
 
 pytestmark = [pytest.mark.hard_fence, pytest.mark.scoped]
 
@@ -95,25 +95,6 @@ def test_a_scoped_merge_is_refused_when_a_commit_since_the_base_touched_its_scop
     assert _objects(fenced_repo, "main", write) == ({} if where == "read" else {touched: b"theirs"})
 
 
-def _run_together(calls: Sequence[Callable[[], str]]) -> list[str | BaseException]:
-    results: list[str | BaseException] = [RuntimeError("not run")] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = calls[index]()
-        except BaseException as exc:
-            results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
-
-
 def test_eight_concurrent_scoped_merges_of_disjoint_prefixes_all_land(
     fenced_repo: lakefs.Repository, adapter: CountingClient
 ) -> None:
@@ -138,7 +119,7 @@ def test_eight_concurrent_scoped_merges_of_disjoint_prefixes_all_land(
 
         return call
 
-    results = _run_together([merge(prefix) for prefix in outputs])
+    results = run_together([merge(prefix) for prefix in outputs])
     assert all(isinstance(r, str) for r in results), results
     for prefix, files in outputs.items():
         assert _objects(fenced_repo, "main", prefix) == files
@@ -155,7 +136,7 @@ def test_four_concurrent_scoped_merges_of_one_prefix_exactly_one_lands(
     base = head(fenced_repo)
     prefix = "tables/t/date=2026-01-01/"
     staged = [stage(fenced_repo, base, {f"{prefix}part-{i}": f"writer {i}".encode()}) for i in range(4)]
-    results = _run_together([lambda s=s: _merge(adapter, fenced_repo.id, s, base, [prefix]) for s in staged])
+    results = run_together([lambda s=s: _merge(adapter, fenced_repo.id, s, base, [prefix]) for s in staged])
     landed = [i for i, r in enumerate(results) if isinstance(r, str)]
     refused = [r for r in results if isinstance(r, LakeFSHardFenceRejectedError)]
     assert len(landed) == 1 and len(refused) == 3, results

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lakefs
@@ -138,3 +139,23 @@ def attempt_and_summary(
     for fact in summary_facts:
         assert fact in lines[summary], lines[summary]
     return attempt, summary
+
+
+def run_together(calls: Sequence[Callable[[], Any]], *, timeout: float = 300) -> list[Any]:
+    """Run ``calls`` in threads released together; their results or exceptions, in order."""
+    results: list[Any] = [RuntimeError("not run")] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def run(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    return results

@@ -9,7 +9,6 @@ asserted on the target's objects, its commits and the branches left behind.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,7 +30,15 @@ from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 from tests.conftest import load_dag_module
 from tests.fakes.memory_lakefs import LossyPort
-from tests.integration.helpers import commit_files, die_after_publishing, read_text, run_dag, staging_branches, xcoms
+from tests.integration.helpers import (
+    commit_files,
+    die_after_publishing,
+    read_text,
+    run_dag,
+    run_together,
+    staging_branches,
+    xcoms,
+)
 from tests.integration.test_engine import LakeFSWorld, MemoryWorld, Reported, StandInFence, World
 
 pytestmark = pytest.mark.scoped
@@ -124,26 +131,6 @@ def publish(
 
 def under(world: World, prefix: str, ref: str = "main") -> dict[str, str]:
     return {path: text for path, text in world.tree(ref).items() if path.startswith(prefix)}
-
-
-def run_together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run ``calls`` in threads released together; their results or exceptions, in order."""
-    results: list[Any] = [None] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = calls[index]()
-        except BaseException as exc:
-            results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    return results
 
 
 def fenced_input(world: LakeFSWorld) -> str:
