@@ -117,6 +117,22 @@ def _go() -> str:
     return go
 
 
+def read_log_tail(path: Path, *, since: int = 0, max_bytes: int = 20_000) -> str:
+    """Return a server log from byte ``since`` on, at most its last ``max_bytes`` bytes ("" if absent).
+
+    :param path: the log file.
+    :param since: offset to start from.
+    :param max_bytes: bound on the text returned.
+    """
+    try:
+        with open(path, "rb") as fd:
+            size = fd.seek(0, os.SEEK_END)
+            fd.seek(max(since, size - max_bytes))
+            return fd.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def _run(args: list[str], cwd: Path, log: IO[str]) -> str:
     log.write(f"$ {' '.join(args)}  (in {cwd})\n")
     log.flush()
@@ -481,13 +497,7 @@ class RealLakeFS:
         :param since: offset to start from (:meth:`log_size` earlier).
         :param max_bytes: bound on the text returned.
         """
-        try:
-            with open(self.log_path, "rb") as fd:
-                size = fd.seek(0, os.SEEK_END)
-                fd.seek(max(since, size - max_bytes))
-                return fd.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log_tail(self.log_path, since=since, max_bytes=max_bytes)
 
     def __enter__(self) -> Self:
         return self.start()
