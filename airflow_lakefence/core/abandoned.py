@@ -29,6 +29,15 @@ be newer than HEAD's when a staging branch of a higher try of the same key exist
 grow, and every writable try creates its staging branch before its job), so a running state is
 ``abandoned`` (with ``replacement_running``) only with that proof, and ``in_flight`` otherwise.
 
+**Scoped publishers** (``fence_scope="prefixes"``) share the branch with other writers: HEAD may be
+another writer's publication stacked on top of theirs. Given a write set (``output_prefixes``), the
+question is asked of *the latest publication touching the write set* instead of HEAD: the newest
+non-merge commit that changed a path under it (lakeFS's ``log`` with ``prefixes``, one call whatever
+the history depth and however many other writers' commits lie on top). A publication shows there as
+its staged commit (or, for a relocation, its revert commit), which carries the attempt's ``stage``
+record; the task instance's ``output_ref`` stands behind it when that commit's ``publish`` record
+names the same attempt (:attr:`PublisherState.output_matches`).
+
 Nothing here imports Airflow or lakeFS; the sensors and the trigger gather the inputs and act on
 the answer. Airflow task-instance states are plain strings here.
 """
@@ -111,12 +120,17 @@ class PublisherState:
         only when the state is live (``None``: not looked up, or no branch).
     :param supersedes: the running try's XCom ``supersedes`` (``{"output_ref", "try_number"}``): the
         successful publication it replaces; read only when a newer try is running.
+    :param output_matches: whether ``output_ref`` stands behind the judged commit; ``None``: it does
+        when it *is* the judged commit (the branch-wide question, where the judged commit is HEAD).
+        The scoped question judges a staged commit, which no ``output_ref`` equals: the caller tells
+        (:func:`output_stands_behind`).
     """
 
     state: str | None
     output_ref: str | None = None
     newest_staging_try: int | None = None
     supersedes: Mapping[str, Any] | None = None
+    output_matches: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -132,16 +146,23 @@ class Judgement:
     :param retry_pending: an abandoned HEAD that Airflow is about to retry or rerun (the next try
         replaces it, or relocates the target to the input).
     :param replacement_running: an abandoned HEAD whose replacement try is running now.
+    :param write_prefixes: the watched write set of a scoped question (empty: HEAD was judged);
+        then ``head`` is the newest commit that changed a path under it (``None``: none did).
+    :param publication: the publication (merge) commit standing for the judged one, when known:
+        HEAD itself in the branch-wide question; in the scoped one the ``output_ref`` that stands
+        behind the judged staged commit, ``None`` when no successful try stands behind it.
     """
 
     verdict: Verdict
     reason: str
-    head: str
+    head: str | None
     record: LakeFenceRecord | None = None
     state: str | None = None
     output_ref: str | None = None
     retry_pending: bool = False
     replacement_running: bool = False
+    write_prefixes: tuple[str, ...] = ()
+    publication: str | None = None
 
     @property
     def readable(self) -> bool:
@@ -163,7 +184,10 @@ class Judgement:
             "output_ref": self.output_ref,
             "retry_pending": self.retry_pending,
             "replacement_running": self.replacement_running,
+            "publication": self.publication,
         }
+        if self.write_prefixes:
+            result["write_prefixes"] = list(self.write_prefixes)
         if self.record is not None:
             key = self.record.attempt.key
             result.update(
@@ -179,27 +203,74 @@ class Judgement:
         return result
 
 
-def publication_of(head: HeadState, scope: PublisherScope | None = None) -> Judgement | LakeFenceRecord:
-    """First step: the HEAD's record, or the final verdict when Airflow need not be asked.
+def describe_judged(commit_id: str, write_prefixes: tuple[str, ...] = ()) -> str:
+    """How messages name the judged commit: HEAD, or the latest commit under the write set.
 
-    :param head: the target branch's HEAD.
+    :param commit_id: the judged commit.
+    :param write_prefixes: the watched write set (scoped), empty for HEAD.
+    """
+    if not write_prefixes:
+        return f"HEAD {commit_id}"
+    return f"the latest commit under {', '.join(write_prefixes)} ({commit_id})"
+
+
+def nothing_written(write_prefixes: tuple[str, ...]) -> Judgement:
+    """The scoped verdict when no commit on the branch ever changed the write set.
+
+    :param write_prefixes: the watched write set.
+    """
+    return Judgement(
+        Verdict.NOT_A_PUBLICATION,
+        f"no commit on the branch changed a path under {', '.join(write_prefixes)}",
+        None,
+        write_prefixes=write_prefixes,
+    )
+
+
+def publication_of(
+    head: HeadState, scope: PublisherScope | None = None, write_prefixes: tuple[str, ...] = ()
+) -> Judgement | LakeFenceRecord:
+    """First step: the judged commit's record, or the final verdict when Airflow need not be asked.
+
+    :param head: the target branch's HEAD; or, with ``write_prefixes``, the newest commit that
+        changed the write set.
     :param scope: restrict to one publisher; ``None`` for any.
+    :param write_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
     :return: the record to look up in Airflow, or a ``not_a_publication`` / ``out_of_scope`` judgement.
     """
+    what = describe_judged(head.commit_id, write_prefixes)
     record = decode_metadata(head.metadata)
     if record is None:
         return Judgement(
-            Verdict.NOT_A_PUBLICATION, f"HEAD {head.commit_id} carries no lakefence record", head.commit_id
+            Verdict.NOT_A_PUBLICATION,
+            f"{what} carries no lakefence record",
+            head.commit_id,
+            write_prefixes=write_prefixes,
         )
     if scope is not None and not scope.covers(record.attempt.key):
         return Judgement(
             Verdict.OUT_OF_SCOPE,
-            f"HEAD {head.commit_id} was published by {record.attempt.key.dag_id}.{record.attempt.key.task_id}, "
+            f"{what} was published by {record.attempt.key.dag_id}.{record.attempt.key.task_id}, "
             "outside the watched publisher",
             head.commit_id,
             record,
+            write_prefixes=write_prefixes,
         )
     return record
+
+
+def output_stands_behind(judged: LakeFenceRecord, output: Mapping[str, str] | None) -> bool:
+    """Whether a task instance's ``output_ref`` commit stands behind a scoped judged commit.
+
+    The judged commit is a staged (or, for a relocation, revert) commit carrying an attempt's
+    ``stage`` record; the ``output_ref`` is a merge commit carrying a ``publish`` record. They are
+    one publication when both name the same attempt (one attempt publishes once).
+
+    :param judged: the judged commit's record.
+    :param output: the ``output_ref`` commit's metadata.
+    """
+    record = decode_metadata(output)
+    return record is not None and record.attempt == judged.attempt
 
 
 def needs_output_ref(state: str | None) -> bool:
@@ -245,35 +316,61 @@ def newest_try(branch_names: Iterable[str], key: PublicationKey, prefix: str) ->
     return max(tries, default=None)
 
 
-def judge(head: HeadState, record: LakeFenceRecord, publisher: PublisherState) -> Judgement:
-    """Second step: judge a publication HEAD from its task instance's state.
+def judge(
+    head: HeadState, record: LakeFenceRecord, publisher: PublisherState, write_prefixes: tuple[str, ...] = ()
+) -> Judgement:
+    """Second step: judge a publication from its task instance's state.
 
-    :param head: the target branch's HEAD.
-    :param record: HEAD's lakefence record (from :func:`publication_of`).
+    :param head: the target branch's HEAD; or, with ``write_prefixes``, the newest commit that
+        changed the write set.
+    :param record: its lakefence record (from :func:`publication_of`).
     :param publisher: what Airflow says about the publishing task instance.
-    :return: ``settled``, ``in_flight`` or ``abandoned``.
+    :param write_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
+    :return: ``settled``, ``in_flight``, ``superseded`` or ``abandoned``.
     """
     key, try_number = record.attempt.key, record.attempt.try_number
     who = f"{key.dag_id}.{key.task_id}[{key.run_id}" + (f", map {key.map_index}]" if key.map_index >= 0 else "]")
-    what = f"HEAD {head.commit_id} (published by {who} try {try_number})"
+    what = f"{describe_judged(head.commit_id, write_prefixes)} (published by {who} try {try_number})"
+    matches = (
+        publisher.output_ref == head.commit_id if publisher.output_matches is None else publisher.output_matches
+    )
+    # The publication commit standing for the judged one: HEAD itself, or (scoped) the output_ref
+    # of the try that stands behind it.
+    publication = head.commit_id if not write_prefixes else (publisher.output_ref if matches else None)
 
     def verdict(v: Verdict, reason: str, **flags: bool) -> Judgement:
-        return Judgement(v, f"{what}: {reason}", head.commit_id, record, publisher.state, publisher.output_ref, **flags)
+        return Judgement(
+            v,
+            f"{what}: {reason}",
+            head.commit_id,
+            record,
+            publisher.state,
+            publisher.output_ref,
+            write_prefixes=write_prefixes,
+            publication=publication,
+            **flags,
+        )
+
+    def superseded_by(supersedes: Mapping[str, Any]) -> bool:
+        if not write_prefixes:
+            return supersedes.get("output_ref") == head.commit_id
+        # Scoped: the replaced publication is named by its try (same key), not by the judged commit.
+        return supersedes.get("output_ref") is not None and supersedes.get("try_number") == try_number
 
     state = publisher.state
     if state is None:
         return verdict(Verdict.ABANDONED, "its task instance no longer exists")
     if state == SUCCESS:
-        if publisher.output_ref == head.commit_id:
+        if matches:
             return verdict(Verdict.SETTLED, "its task instance succeeded with this output")
         return verdict(
             Verdict.ABANDONED,
-            f"its task instance is success but stands behind {publisher.output_ref!r}, not HEAD",
+            f"its task instance is success but stands behind {publisher.output_ref!r}, not this publication",
         )
     if state in LIVE_STATES:
         newest = publisher.newest_staging_try
         supersedes = publisher.supersedes or {}
-        if newest is not None and newest > try_number and supersedes.get("output_ref") == head.commit_id:
+        if newest is not None and newest > try_number and superseded_by(supersedes):
             return verdict(
                 Verdict.SUPERSEDED,
                 f"it succeeded and was cleared; try {newest} of its task is {state} and replaces it on purpose",
@@ -285,7 +382,7 @@ def judge(head: HeadState, record: LakeFenceRecord, publisher: PublisherState) -
                 replacement_running=True,
             )
         return verdict(Verdict.IN_FLIGHT, f"its task instance is {state}: the publishing try may still complete")
-    if state in PENDING_STATES and publisher.output_ref == head.commit_id:
+    if state in PENDING_STATES and publisher.output_ref is not None and matches:
         return verdict(
             Verdict.SUPERSEDED,
             f"it succeeded with this output and was cleared ({state}): a new try will replace it on purpose",

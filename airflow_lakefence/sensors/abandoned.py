@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow_lakefence.core.abandoned import CONDITIONS, DETECT, PublisherScope, condition_met
 from airflow_lakefence.core.naming import validate_staging_prefix
+from airflow_lakefence.core.scope import ScopeMode, parse_scope
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
 from airflow_lakefence.task_instances import TaskSdkView
@@ -26,14 +27,24 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
     (with a scope), or one whose task instance succeeded with it. Put the settled sensor before a
     downstream task that reads the branch.
 
+    For a **scoped** publisher (``fence_scope="prefixes"``, other writers publish onto the same
+    branch) give its write set as ``output_prefixes``: the sensor then judges *the latest
+    publication touching the write set*, not HEAD, so an abandoned publication is still found under
+    other writers' publications stacked on top of it, and a settled one stays settled. That
+    publication is found by one lakeFS ``log`` call restricted to the prefixes (flat in the history
+    depth), and shows as its staged commit (``head`` in the judgement; ``publication`` names the
+    merge commit when a successful try stands behind it).
+
     The XCom ``return_value`` is the judgement as a dict: ``verdict`` (``abandoned``, ``in_flight``,
     ``settled``, ``not_a_publication``, ``out_of_scope``), ``reason``, ``head``, ``state``,
-    ``output_ref``, ``retry_pending``, ``replacement_running`` and, for a publication, ``dag_id``,
-    ``run_id``, ``task_id``, ``map_index``, ``try_number``, ``ti_id``, ``role``, ``input_ref``.
+    ``output_ref``, ``retry_pending``, ``replacement_running``, ``publication``, for a publication
+    ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``, ``ti_id``, ``role``,
+    ``input_ref``, and with ``output_prefixes`` the normalised ``write_prefixes``.
 
-    A poke makes one lakeFS call (``get_commit`` of the branch), plus a listing of the publisher's
-    staging branches only when the publishing task instance is running; Airflow is asked for the
-    task instance's state, and for its ``output_ref`` XCom only when it succeeded.
+    A poke makes one lakeFS call (``get_commit`` of the branch; scoped: the ``log`` call), plus a
+    listing of the publisher's staging branches only when the publishing task instance is running,
+    and (scoped) one ``get_commit`` of the ``output_ref`` when the task instance has one; Airflow is
+    asked for the task instance's state, and for its ``output_ref`` XCom only when it succeeded.
 
     :param repository: the lakeFS repository (templated).
     :param branch: the branch whose HEAD is judged (templated).
@@ -42,14 +53,23 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
         ``out_of_scope`` (never abandoned, readable).
     :param publisher_task_id: only of this task of ``publisher_dag_id`` (templated).
     :param staging_branch_prefix: the publisher's ``staging_branch_prefix``.
+    :param output_prefixes: a scoped publisher's write set (templated, e.g.
+        ``["tables/t/date={{ ds }}/"]``): judge the latest publication touching it instead of HEAD.
     :param ignore_repairs_underway: in ``detect``, do not succeed for an abandoned HEAD that Airflow
         is already retrying (a retry pending, or a newer try running).
     :param kwargs: :class:`~airflow_lakefence.sensors.base.LakeFSBaseSensor` arguments
         (``lakefs_conn_id``, ``deferrable``, ``poke_interval``, ``timeout``, ``mode``...).
-    :raises InvalidInputError: for an unknown condition or staging prefix.
+    :raises InvalidInputError: for an unknown condition or staging prefix; ``output_prefixes`` that
+        are not relative object paths, repeat or nest (when rendered).
     """
 
-    template_fields: Sequence[str] = ("repository", "branch", "publisher_dag_id", "publisher_task_id")
+    template_fields: Sequence[str] = (
+        "repository",
+        "branch",
+        "publisher_dag_id",
+        "publisher_task_id",
+        "output_prefixes",
+    )
     ui_color = "#ffe0b2"
 
     def __init__(
@@ -62,6 +82,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
         publisher_task_id: str | None = None,
         staging_branch_prefix: str = "lakefence",
         ignore_repairs_underway: bool = False,
+        output_prefixes: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,6 +99,16 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
         self.publisher_task_id = publisher_task_id
         self.staging_branch_prefix = staging_branch_prefix
         self.ignore_repairs_underway = ignore_repairs_underway
+        self.output_prefixes = output_prefixes
+        if not _templated(output_prefixes):
+            self._write_prefixes()
+
+    def _write_prefixes(self) -> tuple[str, ...]:
+        """The rendered write set, normalised (empty: judge HEAD)."""
+        if not self.output_prefixes:
+            return ()
+        scope = parse_scope(list(self.output_prefixes), None, ScopeMode.PREFIXES)
+        return () if scope is None else scope.write
 
     def _scope(self) -> PublisherScope | None:
         if not self.publisher_dag_id and not self.publisher_task_id:
@@ -96,6 +127,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
             branch=self.branch,
             scope=self._scope(),
             staging_prefix=self.staging_branch_prefix,
+            write_prefixes=self._write_prefixes(),
         )
         self.log.info("%s@%s: %s (%s)", self.repository, self.branch, judgement.verdict.value, judgement.reason)
         return condition_met(self.condition, judgement, self.ignore_repairs_underway), judgement.to_dict()
@@ -114,7 +146,19 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
             publisher_task_id=None if scope is None else scope.task_id,
             staging_branch_prefix=self.staging_branch_prefix,
             ignore_repairs_underway=self.ignore_repairs_underway,
+            output_prefixes=list(self._write_prefixes()) or None,
             lakefs_conn_id=self.lakefs_conn_id,
             poke_interval=float(self.poke_interval),
             deadline=deadline,
         )
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` is rendered at run time (a Jinja string, or anything but a list of strings)."""
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, (list, tuple)):
+        return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+    return True

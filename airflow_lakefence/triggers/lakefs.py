@@ -103,6 +103,8 @@ class AbandonedPublicationTrigger(LakeFSPollingTrigger):
     :param staging_branch_prefix: the publisher's staging branch prefix.
     :param ignore_repairs_underway: in ``detect``, do not fire for an abandoned HEAD that Airflow is
         already retrying.
+    :param output_prefixes: a scoped publisher's write set (normalised): judge the latest publication
+        touching it instead of HEAD.
     :param lakefs_conn_id: the Airflow connection of type ``lakefs``.
     :param poke_interval: seconds between probes.
     :param deadline: epoch seconds after which the trigger gives up.
@@ -116,6 +118,7 @@ class AbandonedPublicationTrigger(LakeFSPollingTrigger):
         "publisher_task_id",
         "staging_branch_prefix",
         "ignore_repairs_underway",
+        "output_prefixes",
     )
 
     def __init__(
@@ -128,11 +131,13 @@ class AbandonedPublicationTrigger(LakeFSPollingTrigger):
         publisher_task_id: str | None = None,
         staging_branch_prefix: str = "lakefence",
         ignore_repairs_underway: bool = False,
+        output_prefixes: list[str] | None = None,
         lakefs_conn_id: str,
         poke_interval: float = 60.0,
         deadline: float | None = None,
     ) -> None:
         super().__init__(lakefs_conn_id=lakefs_conn_id, poke_interval=poke_interval, deadline=deadline)
+        self.output_prefixes = list(output_prefixes) if output_prefixes else None
         if condition not in CONDITIONS:
             raise ValueError(f"condition must be one of {CONDITIONS}, got {condition!r}")
         self.repository = repository
@@ -155,6 +160,7 @@ class AbandonedPublicationTrigger(LakeFSPollingTrigger):
             branch=self.branch,
             scope=scope,
             staging_prefix=self.staging_branch_prefix,
+            write_prefixes=tuple(self.output_prefixes or ()),
         )
         self.log.info("%s@%s: %s (%s)", self.repository, self.branch, judgement.verdict.value, judgement.reason)
         return condition_met(self.condition, judgement, self.ignore_repairs_underway), judgement.to_dict()

@@ -1,6 +1,6 @@
 """One poke of each lakeFS sensor: the code both poke mode and the triggers run.
 
-Each probe is synchronous and bounded (at most two lakeFS calls); the sensors call it in the
+Each probe is synchronous and bounded (at most two lakeFS calls, whatever the history depth); the sensors call it in the
 worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
 share every decision. Airflow is asked through an :class:`~airflow_lakefence.task_instances.AirflowView`
 (:class:`~airflow_lakefence.task_instances.TaskSdkView`: Task SDK calls that work in both places).
@@ -17,6 +17,8 @@ from airflow_lakefence.core.abandoned import (
     needs_staging_listing,
     needs_supersedes,
     newest_try,
+    nothing_written,
+    output_stands_behind,
     publication_of,
 )
 from airflow_lakefence.core.fence import HeadState
@@ -34,11 +36,16 @@ def probe_abandoned(
     branch: str,
     scope: PublisherScope | None,
     staging_prefix: str,
+    write_prefixes: tuple[str, ...] = (),
 ) -> Judgement:
-    """Judge the HEAD of ``branch``: one ``get_commit``, plus one staging-branch listing only when the
-    publishing task instance is live (to tell its own try from a newer one).
+    """Judge the HEAD of ``branch`` (or, with ``write_prefixes``, the latest publication touching them).
 
-    Airflow calls: one ``get_task_states`` for a publication HEAD, plus one XCom read when the task
+    lakeFS calls: one ``get_commit`` of the branch; with ``write_prefixes`` one ``log`` of the branch
+    restricted to them (``amount=1``) instead, plus one ``get_commit`` of the task instance's
+    ``output_ref`` when it has one (to tie it to the judged staged commit). Plus one staging-branch
+    listing only when the publishing task instance is live (to tell its own try from a newer one).
+
+    Airflow calls: one ``get_task_states`` for a publication, plus one XCom read when the task
     instance succeeded or is pending (``output_ref``), or when a newer try is running (``supersedes``).
 
     :param client: the lakeFS adapter.
@@ -47,23 +54,36 @@ def probe_abandoned(
     :param branch: the watched branch.
     :param scope: restrict to one publisher, or ``None``.
     :param staging_prefix: the publisher's staging branch prefix.
+    :param write_prefixes: the scoped publisher's write set (normalised), empty to judge HEAD.
     :raises InputRefError: if the repository or branch does not exist.
     :raises LakeFSError: for another lakeFS failure.
     """
     try:
-        commit = client.get_commit(repository, branch)
+        if write_prefixes:
+            found = client.log_commits(repository, branch, prefixes=write_prefixes, amount=1)
+            if not found:
+                return nothing_written(write_prefixes)
+            commit = found[0]
+        else:
+            commit = client.get_commit(repository, branch)
     except LakeFSNotFoundError as exc:
         raise InputRefError(f"branch {branch!r} not found in repository {repository!r}") from exc
     head = HeadState.of(commit)
-    first = publication_of(head, scope)
+    first = publication_of(head, scope, write_prefixes)
     if isinstance(first, Judgement):
         return first
     key = first.attempt.key
     state = state_from_task_states(airflow.task_states(key.dag_id, [key.task_id], [key.run_id]), key)
     output_ref = None
+    matches = None
     if needs_output_ref(state):
         value = airflow.output_ref(key)
         output_ref = value if isinstance(value, str) else None
+        if write_prefixes:
+            matches = output_ref is not None and (
+                output_ref == head.commit_id
+                or output_stands_behind(first, _metadata_or_none(client, repository, output_ref))
+            )
     newest = None
     if needs_staging_listing(state):
         own = staging_branch_prefix(key, staging_prefix)
@@ -73,7 +93,15 @@ def probe_abandoned(
     if needs_supersedes(state, first, newest):
         value = airflow.supersedes(key)
         supersedes = value if isinstance(value, dict) else None
-    return judge(head, first, PublisherState(state, output_ref, newest, supersedes))
+    return judge(head, first, PublisherState(state, output_ref, newest, supersedes, matches), write_prefixes)
+
+
+def _metadata_or_none(client: LakeFSClient, repository: str, ref: str) -> dict[str, str] | None:
+    """A commit's metadata, ``None`` when it does not exist (an ``output_ref`` from another repository)."""
+    try:
+        return dict(client.get_commit(repository, ref).metadata)
+    except LakeFSNotFoundError:
+        return None
 
 
 def probe_new_commit(

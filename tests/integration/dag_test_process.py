@@ -1,0 +1,52 @@
+"""Run one DAG file's DAG under ``dag.test()`` in this process, for one logical date; print the outcome.
+
+``python -m tests.integration.dag_test_process <dag file> <logical date>``: the parent test sets the
+environment (Airflow home, a metadata DB of this process's own, the lakeFS connection). Prints one
+JSON line: ``{"state", "run_id", "xcoms": {task_id: {key: value}}, "tis": {task_id: [start, end]}}``.
+
+``dag.test()`` is not thread-safe (its in-process task runner and the DAG bundle sync are
+process-global), so runs that must overlap, as a backfill's do under the scheduler, run in processes
+side by side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main(path: str, logical_date: str) -> dict[str, Any]:
+    """Run the DAG of ``path`` for ``logical_date``; return its outcome.
+
+    :param path: the DAG file (inside the configured dags folder).
+    :param logical_date: an ISO date.
+    """
+    import pendulum
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    spec = importlib.util.spec_from_file_location(f"lakefence_dag_{Path(path).stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = module.dag.test(logical_date=pendulum.parse(logical_date))
+    xcoms: dict[str, dict[str, Any]] = {}
+    tis: dict[str, list[str | None]] = {}
+    with create_session() as session:
+        for row in session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id).all():
+            xcoms.setdefault(row.task_id, {})[row.key] = XComModel.deserialize_value(row)
+        for ti in session.query(TaskInstance).filter_by(dag_id=run.dag_id, run_id=run.run_id).all():
+            tis[ti.task_id] = [
+                None if ti.start_date is None else ti.start_date.isoformat(),
+                None if ti.end_date is None else ti.end_date.isoformat(),
+            ]
+    return {"state": str(run.state), "run_id": run.run_id, "xcoms": xcoms, "tis": tis}
+
+
+if __name__ == "__main__":
+    outcome = main(sys.argv[1], sys.argv[2])
+    print("LAKEFENCE-OUTCOME " + json.dumps(outcome, default=str))
