@@ -112,6 +112,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": [
             "airflow_lakefence.links.LakeFSCommitLink",
+            "airflow_lakefence.links.LakeFSOutputLink",
             "airflow_lakefence.links.LakeFSStagingLink",
             "airflow_lakefence.links.LakeFSSensorCommitLink",
         ],

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -89,8 +89,15 @@ def event_extra(
     decision: str,
     prefix: str,
     delta_versions: Mapping[str, int | None] | None = None,
+    write_prefixes: Sequence[str] = (),
+    read_prefixes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The extra of the asset event of one publication: enough to read exactly what was published.
+
+    A scoped publication (``write_prefixes`` given) shares the branch with other writers: the
+    output commit holds their data beside its own, so the extra also names the publication's scope
+    (``fence_scope: "prefixes"``, ``write_prefixes``, ``read_prefixes``) and ``write_uris``, one
+    ``lakefs://<repository>/<output_ref>/<prefix>`` per write prefix: exactly what it changed.
 
     :param repository: the repository.
     :param output_ref: the published commit.
@@ -101,6 +108,8 @@ def event_extra(
     :param delta_versions: the declared Delta tables' roots and versions at ``output_ref``: the
         tables inside the asset's prefix are named under ``delta_versions``; an asset that *is* one
         table also gets ``delta_table`` and ``delta_version``.
+    :param write_prefixes: a scoped publication's write set (normalised); empty in the branch-wide mode.
+    :param read_prefixes: a scoped publication's read set (normalised).
     """
     extra: dict[str, Any] = {
         "output_ref": output_ref,
@@ -109,6 +118,11 @@ def event_extra(
         "decision": decision,
         "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
     }
+    if write_prefixes:
+        extra["fence_scope"] = "prefixes"
+        extra["write_prefixes"] = list(write_prefixes)
+        extra["read_prefixes"] = list(read_prefixes)
+        extra["write_uris"] = [f"{SCHEME}://{repository}/{output_ref}/{w.strip('/')}" for w in write_prefixes]
     norm = prefix.strip("/") + "/" if prefix.strip("/") else ""
     inside = {root: v for root, v in (delta_versions or {}).items() if root.startswith(norm)}
     if inside:

@@ -52,8 +52,13 @@ def operator_lineage(
     output_prefixes: Sequence[str],
     output_commit: str | None,
     delta_versions: Mapping[str, int | None] | None = None,
+    input_prefixes: Sequence[str] = (),
 ) -> Any:
     """Build the ``OperatorLineage`` of a fenced publication.
+
+    A scoped publication declares its read set: one input dataset per read prefix
+    (``<repository>/<input_ref>/<prefix>``) instead of the whole input ref; its outputs are its
+    write set, one dataset per write prefix.
 
     :param endpoint: the lakeFS endpoint URL.
     :param repository: the repository.
@@ -63,11 +68,14 @@ def operator_lineage(
     :param output_prefixes: the declared output prefixes (the whole branch when empty).
     :param output_commit: the published commit; ``None`` when nothing was published (no outputs).
     :param delta_versions: the declared Delta tables' roots and their versions at ``output_commit``.
+    :param input_prefixes: a scoped publication's read set (the whole input ref when empty).
     """
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     ns = namespace(endpoint)
-    inputs = [_dataset(ns, f"{repository}/{input_ref}", input_commit)]
+    inputs = [_dataset(ns, f"{repository}/{input_ref}/{p.strip('/')}", input_commit) for p in input_prefixes] or [
+        _dataset(ns, f"{repository}/{input_ref}", input_commit)
+    ]
     outputs = []
     if output_commit is not None:
         tables = dict(delta_versions or {})

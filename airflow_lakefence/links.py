@@ -9,6 +9,7 @@ failed try, a sensor) the links read the try's XCom.
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperatorLink
@@ -36,6 +37,34 @@ def branch_url(ui_base_url: str, repository: str, branch: str) -> str:
     """
     query = urllib.parse.urlencode({"ref": branch})
     return f"{ui_base_url}/repositories/{urllib.parse.quote(repository)}/objects?{query}"
+
+
+def objects_url(ui_base_url: str, repository: str, ref: str, path: str = "") -> str:
+    """The lakeFS UI object browser of a ref, opened at a directory.
+
+    :param ui_base_url: the lakeFS UI base URL.
+    :param repository: the repository.
+    :param ref: a commit id or branch.
+    :param path: the directory (a path prefix ending with ``/``), ``""`` for the root.
+    """
+    query = urllib.parse.urlencode({"ref": ref, **({"path": path} if path else {})})
+    return f"{ui_base_url}/repositories/{urllib.parse.quote(repository)}/objects?{query}"
+
+
+def common_directory(prefixes: Sequence[str]) -> str:
+    """The deepest directory holding every prefix (``""`` when they share none, or none is given).
+
+    :param prefixes: normalised path prefixes (each ending with ``/``).
+    """
+    if not prefixes:
+        return ""
+    split = [p.rstrip("/").split("/") for p in prefixes]
+    common: list[str] = []
+    for segments in zip(*split, strict=False):
+        if len(set(segments)) != 1:
+            break
+        common.append(segments[0])
+    return "/".join(common) + "/" if common else ""
 
 
 def _ui_base(operator: Any) -> str:
@@ -84,6 +113,34 @@ class LakeFSCommitLink(_LakeFSXComLink):
 
     def _build(self, ui_base_url: str, repository: str, value: str) -> str:
         return commit_url(ui_base_url, repository, value)
+
+
+class LakeFSOutputLink(_LakeFSXComLink):
+    """ "lakeFS output": the published commit's objects, opened at what the task wrote.
+
+    The object browser at XCom ``output_ref``, in the directory of the declared output prefixes (the
+    write set of a scoped publication; the deepest directory holding them all when there are
+    several), where the commit page would show a publication among other writers' data.
+    """
+
+    name = "lakeFS output"
+    source_key = OUTPUT_REF_KEY
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """Return the URL, or an empty string when the try published nothing.
+
+        :param operator: the task (its rendered ``output_prefixes``).
+        :param ti_key: the task instance (key) whose XCom is read.
+        """
+        value = _reported(operator, ti_key, self.source_key)
+        repository = getattr(operator, "repository", None)
+        if not value or not repository:
+            return ""
+        prefixes = getattr(operator, "output_prefixes", None) or []
+        if isinstance(prefixes, str) or not all(isinstance(p, str) for p in prefixes):
+            prefixes = []  # not rendered (a link asked for outside the try): the root
+        normalised = [p.strip().strip("/") + "/" for p in prefixes if p.strip().strip("/")]
+        return objects_url(_ui_base(operator), str(repository), str(value), common_directory(normalised))
 
 
 class LakeFSStagingLink(_LakeFSXComLink):

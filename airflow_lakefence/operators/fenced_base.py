@@ -30,11 +30,11 @@ from airflow_lakefence.core.engine import (
 )
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.core.scope import ScopeMode, parse_scope
+from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.links import LakeFSCommitLink, LakeFSStagingLink, commit_url
+from airflow_lakefence.links import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
 from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY, TaskStateStoreRunState
 
 #: Template fields every adapter adds to its base operator's.
@@ -141,7 +141,7 @@ class FencedPublishOperatorBase(BaseOperator):
     :raises InvalidInputError: at DAG parse time, for arguments that can never work.
     """
 
-    operator_extra_links = (LakeFSCommitLink(), LakeFSStagingLink())
+    operator_extra_links = (LakeFSCommitLink(), LakeFSOutputLink(), LakeFSStagingLink())
     #: How messages name the job, and the error a failed job is reported as.
     job_name: ClassVar[str] = "job"
     job_error: ClassVar[type[JobError]] = JobError
@@ -358,6 +358,7 @@ class FencedPublishOperatorBase(BaseOperator):
             # so this try withdraws its lakefs:// outlets (only this try's copy of the task changes).
             self.outlets = [o for o in self.outlets if o not in self._lakefs_outlets]
             return
+        scope = self._scope()
         for asset in self._lakefs_outlets:
             _repository, _branch, prefix = lakefs_assets.parse_uri(asset.uri)
             context["outlet_events"][asset].extra = lakefs_assets.event_extra(
@@ -368,6 +369,8 @@ class FencedPublishOperatorBase(BaseOperator):
                 decision=result.decision,
                 prefix=prefix,
                 delta_versions=result.delta_versions,
+                write_prefixes=scope.write if scope is not None else (),
+                read_prefixes=scope.read if scope is not None else (),
             )
             if result.supersedes is not None:
                 # Consumers of the replaced publication's event learn it is no longer on the branch.
@@ -390,16 +393,22 @@ class FencedPublishOperatorBase(BaseOperator):
         from airflow_lakefence.core.engine import normalise_prefixes
         from airflow_lakefence.lineage import operator_lineage
 
+        scope = self._scope()
         return operator_lineage(
             endpoint=self.lakefs_hook.endpoint,
             repository=self.repository,
             input_ref=self.input_ref,
             input_commit=input_commit,
             target_branch=self.target_branch,
-            output_prefixes=normalise_prefixes(self.output_prefixes),
+            output_prefixes=scope.write if scope is not None else normalise_prefixes(self.output_prefixes),
             output_commit=output_commit,
             delta_versions=delta_versions,
+            input_prefixes=scope.read if scope is not None else (),
         )
+
+    def _scope(self) -> Scope | None:
+        """The rendered scope of a scoped publication (``None`` in the branch-wide mode)."""
+        return parse_scope(self.output_prefixes, self.input_prefixes, self.fence_scope)
 
     def get_openlineage_facets_on_start(self) -> Any:
         """Lineage before running: the input as given; no output yet."""

@@ -1,0 +1,75 @@
+"""DAGs of tests/integration/test_scoped_surroundings.py: what surrounds a scoped publication.
+
+The sensors judge the latest publication touching conf ``watch`` (a write prefix) on ``main``, of
+the publisher conf ``publisher_dag_id``; the publishers are those of scoped_dags.py, plus
+``lf_scoped_outlets``: a scoped Python publication with two write prefixes (``tables/t/date=<day>/``
+and ``tables/u/date=<day>/``), a read prefix ``dims/d/`` and a ``lakefs://`` outlet on ``tables/t``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, Asset
+
+from airflow_lakefence.operators import FencedPythonPublishOperator
+from airflow_lakefence.sensors import AbandonedPublicationSensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import failure_recording_dag
+from scoped_dags import CONF, write_files
+
+#: (dag_id, try_number) -> the exception a failed try raised.
+FAILURES: dict[tuple[str, int], BaseException] = {}
+
+REPO = "{{ dag_run.conf['repository'] }}"
+FAST = {"poke_interval": 0.2, "timeout": 20}
+
+
+def _dag(dag_id: str) -> DAG:
+    return DAG(
+        dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        render_template_as_native_obj=True,
+        default_args={"retries": 0},
+    )
+
+
+def _scoped_sensor(condition: str, **kwargs: object) -> AbandonedPublicationSensor:
+    return AbandonedPublicationSensor(
+        task_id="sense",
+        repository=REPO,
+        branch="main",
+        condition=condition,
+        publisher_dag_id="{{ dag_run.conf.get('publisher_dag_id') }}",
+        output_prefixes=["{{ dag_run.conf['watch'] }}"],
+        **{**FAST, **kwargs},  # type: ignore[arg-type]
+    )
+
+
+with _dag("lf_scoped_sense_detect") as detect_dag:
+    _scoped_sensor("detect")
+
+with _dag("lf_scoped_sense_detect_deferred") as detect_deferred_dag:
+    _scoped_sensor("detect", deferrable=True, timeout=60)
+
+with _dag("lf_scoped_sense_settled") as settled_dag:
+    _scoped_sensor("settled", timeout=1)
+
+#: A fixed repository: asset URIs cannot be templated.
+OUTLET_REPOSITORY = "lakefence-scoped"
+T_ASSET = Asset(f"lakefs://{OUTLET_REPOSITORY}/main/tables/t/")
+with failure_recording_dag("lf_scoped_outlets", FAILURES) as outlets_dag:
+    FencedPythonPublishOperator(
+        task_id="publish",
+        python_callable=write_files,
+        fence_scope="prefixes",
+        output_prefixes=["tables/t/date={{ dag_run.conf['day'] }}/", "tables/u/date={{ dag_run.conf['day'] }}/"],
+        input_prefixes=["dims/d/"],
+        outlets=[T_ASSET],
+        **CONF,
+    )
