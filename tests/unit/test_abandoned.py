@@ -20,6 +20,8 @@ from airflow_lakefence.core.abandoned import (
     needs_output_ref,
     needs_staging_listing,
     newest_try,
+    nothing_written,
+    output_stands_behind,
     publication_of,
 )
 from airflow_lakefence.core.fence import HeadState
@@ -246,3 +248,52 @@ def test_superseded_is_not_abandoned(
     assert result.verdict is expected, result.reason
     assert condition_met(DETECT, result) == (expected is Verdict.ABANDONED)
     assert not result.readable
+
+
+WRITE = ("tables/t/date=1/",)
+
+
+def staged_of(try_number: int = 1) -> tuple[HeadState, LakeFenceRecord]:
+    """A scoped publication as the write set's log shows it: its staged commit."""
+    record = LakeFenceRecord(AttemptId(KEY, try_number, f"ti-{try_number}"), ROLE_STAGE, INPUT)
+    return HeadState("s" * 64, (INPUT,), encode_metadata(record)), record
+
+
+def publish_metadata(try_number: int) -> dict[str, str]:
+    record = LakeFenceRecord(AttemptId(KEY, try_number, f"ti-{try_number}"), ROLE_PUBLISH, INPUT, "s" * 64)
+    return encode_metadata(record)
+
+
+def test_scoped_output_stands_behind_the_staged_commit_of_the_same_attempt() -> None:
+    _, record = staged_of(2)
+    assert output_stands_behind(record, publish_metadata(2))
+    assert not output_stands_behind(record, publish_metadata(1))
+    assert not output_stands_behind(record, {"user": "x"}) and not output_stands_behind(record, None)
+
+
+@pytest.mark.parametrize(
+    ("state", "matches", "verdict"),
+    [
+        ("success", True, Verdict.SETTLED),
+        ("success", False, Verdict.ABANDONED),
+        ("failed", None, Verdict.ABANDONED),
+        ("up_for_retry", None, Verdict.ABANDONED),
+        ("none", True, Verdict.SUPERSEDED),
+        ("running", None, Verdict.IN_FLIGHT),
+    ],
+)
+def test_scoped_judgement_follows_the_output_match_not_head(state: str, matches: bool | None, verdict: Verdict) -> None:
+    head, record = staged_of(1)
+    output = "p" * 64 if matches is not None else None
+    result = judge(head, record, PublisherState(state, output, output_matches=matches), WRITE)
+    assert result.verdict is verdict
+    assert result.head == head.commit_id and result.write_prefixes == WRITE
+    assert result.publication == (output if matches else None)
+    assert "the latest commit under tables/t/date=1/" in result.reason
+    assert result.to_dict()["write_prefixes"] == list(WRITE)
+
+
+def test_scoped_nothing_written_is_readable() -> None:
+    result = nothing_written(WRITE)
+    assert result.verdict is Verdict.NOT_A_PUBLICATION and result.readable and result.head is None
+    assert result.to_dict()["write_prefixes"] == list(WRITE) and "dag_id" not in result.to_dict()

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_lakefence.assets import create_asset, event_extra, parse_uri, sanitize_uri
 from airflow_lakefence.lineage import namespace, operator_lineage
-from airflow_lakefence.links import branch_url, commit_url
+from airflow_lakefence.links import branch_url, commit_url, common_directory, objects_url
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,44 @@ def test_openlineage_datasets() -> None:
         output_commit=None,
     )
     assert nothing.outputs == [] and nothing.inputs[0].facets == {}
+
+
+def test_scoped_event_extra_names_the_write_set() -> None:
+    extra = event_extra(
+        repository="repo",
+        output_ref="o" * 64,
+        input_ref="i" * 64,
+        staged_commit="s" * 64,
+        decision="merge",
+        prefix="t",
+        write_prefixes=["t/date=1/", "u/date=1/"],
+        read_prefixes=["d/"],
+    )
+    assert extra["fence_scope"] == "prefixes" and extra["read_prefixes"] == ["d/"]
+    assert extra["write_uris"] == [f"lakefs://repo/{'o' * 64}/t/date=1", f"lakefs://repo/{'o' * 64}/u/date=1"]
+    plain = event_extra(repository="r", output_ref="o", input_ref="i", staged_commit=None, decision="merge", prefix="")
+    assert "fence_scope" not in plain and "write_uris" not in plain
+
+
+def test_output_link_opens_the_write_set() -> None:
+    assert objects_url("http://ui", "repo", "abc", "t/date=1/") == "http://ui/repositories/repo/objects?ref=abc&path=t%2Fdate%3D1%2F"
+    assert objects_url("http://ui", "repo", "abc") == "http://ui/repositories/repo/objects?ref=abc"
+    assert common_directory(["t/date=1/"]) == "t/date=1/"
+    assert common_directory(["tables/t/date=1/", "tables/u/date=1/"]) == "tables/"
+    assert common_directory(["a/", "b/"]) == "" and common_directory([]) == ""
+
+
+def test_scoped_openlineage_inputs_are_the_read_set() -> None:
+    pytest.importorskip("airflow.providers.openlineage")
+    lineage = operator_lineage(
+        endpoint="http://h",
+        repository="repo",
+        input_ref="c" * 64,
+        input_commit="c" * 64,
+        target_branch="main",
+        output_prefixes=["t/date=1/"],
+        output_commit="o" * 64,
+        input_prefixes=["d/", "e/f/"],
+    )
+    assert [d.name for d in lineage.inputs] == [f"repo/{'c' * 64}/d", f"repo/{'c' * 64}/e/f"]
+    assert [d.name for d in lineage.outputs] == ["repo/main/t/date=1"]

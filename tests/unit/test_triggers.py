@@ -27,6 +27,9 @@ TRIGGERS: list[LakeFSPollingTrigger] = [
         deadline=1_900_000_000.5,
     ),
     AbandonedPublicationTrigger(repository="repo", branch="main", condition="detect", lakefs_conn_id="c"),
+    AbandonedPublicationTrigger(
+        repository="repo", branch="main", condition="detect", output_prefixes=["t/date=1/"], lakefs_conn_id="c"
+    ),
     LakeFSCommitTrigger(repository="repo", branch="main", since_ref="abc", prefix="t/", lakefs_conn_id="c"),
     LakeFSCommitTrigger(repository="repo", branch="main", since_ref="abc", lakefs_conn_id="c", deadline=5.0),
     LakeFSFileTrigger(repository="repo", ref="main", path="a/b.txt", lakefs_conn_id="c", poke_interval=1),
@@ -147,11 +150,27 @@ def test_sensor_builds_its_trigger_from_its_arguments() -> None:
     assert file_kwargs["prefix"] == "p/" and file_kwargs["path"] is None
 
 
+def test_scoped_sensor_hands_its_normalised_write_set_to_its_trigger() -> None:
+    from airflow_lakefence.sensors import AbandonedPublicationSensor
+
+    sensor = AbandonedPublicationSensor(
+        task_id="s", repository="r", branch="main", output_prefixes=["tables/t/date=1", "tables/u/"]
+    )
+    kwargs = sensor.trigger(deadline=1.0).serialize()[1]
+    assert kwargs["output_prefixes"] == ["tables/t/date=1/", "tables/u/"]
+    assert AbandonedPublicationSensor(task_id="s", repository="r", branch="main").trigger(1.0).serialize()[1][
+        "output_prefixes"
+    ] is None
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
         {"condition": "wait"},
         {"staging_branch_prefix": "bad prefix"},
+        {"output_prefixes": ["t/", "t/date=1/"]},
+        {"output_prefixes": ["s3://bucket/t/"]},
+        {"output_prefixes": "t/"},
     ],
 )
 def test_abandoned_sensor_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
