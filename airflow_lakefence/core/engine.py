@@ -28,6 +28,7 @@ from airflow_lakefence.core.fence import Action, decide_publish
 from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.core.metadata import write_set_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
 from airflow_lakefence.core.publish import Publisher, supersedes
@@ -207,7 +208,14 @@ class PublishEngine:
         )
         area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
         publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
-        evidence = Evidence(self.lakefs, self.run_state, req.repository, req.staging_prefix, self.log)
+        evidence = Evidence(
+            self.lakefs,
+            self.run_state,
+            req.repository,
+            req.staging_prefix,
+            self.log,
+            write_set_metadata(req.scope.write if req.scope is not None else ()),
+        )
         return guard, area, publisher, evidence
 
     def _job_and_output(

@@ -11,6 +11,8 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.merge_only import TEMP_SUFFIX
@@ -33,16 +35,24 @@ class Evidence:
     :param repository: the repository.
     :param staging_prefix: the first part of staging branch names.
     :param log: where to log.
+    :param marker_metadata: more metadata for the evidence marker (a scoped attempt's write set).
     """
 
     def __init__(
-        self, lakefs: LakeFSPort, run_state: RunStatePort, repository: str, staging_prefix: str, log: Log
+        self,
+        lakefs: LakeFSPort,
+        run_state: RunStatePort,
+        repository: str,
+        staging_prefix: str,
+        log: Log,
+        marker_metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.lakefs = lakefs
         self.run_state = run_state
         self.repository = repository
         self.staging_prefix = staging_prefix
         self.log = log
+        self.marker_metadata = dict(marker_metadata or {})
         # {branch: error class}; ``None`` when the run state could not be read (then never
         # reported: the cleaner would take a partial list for the whole).
         self.known: dict[str, str] | None = {}
@@ -108,7 +118,7 @@ class Evidence:
         :param input_commit: that attempt's input commit.
         :param error: the error class name.
         """
-        metadata = evidence_metadata(attempt, input_commit, error)
+        metadata = {**evidence_metadata(attempt, input_commit, error), **self.marker_metadata}
         for _ in range(MARKER_TRIES):
             try:
                 self.lakefs.commit(

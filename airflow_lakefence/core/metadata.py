@@ -11,8 +11,9 @@ foreign and fails closed rather than guessing.
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,10 @@ FORMAT_VERSION = "1"
 ROLE_STAGE = "stage"
 ROLE_PUBLISH = "publish"
 ROLES = frozenset({ROLE_STAGE, ROLE_PUBLISH})
+
+#: The write set of a scoped attempt (a JSON list of prefixes), on its staged commit and its evidence
+#: marker: the staging-branch cleaner names it.
+WRITE_SET_KEY = METADATA_PREFIX + "write_prefixes"
 
 _REQUIRED = ("version", "role", "dag_id", "run_id", "task_id", "map_index", "try_number", "ti_id", "input_ref")
 
@@ -95,6 +100,28 @@ def decode_metadata(metadata: Mapping[str, str] | None) -> LakeFenceRecord | Non
         input_ref=values["input_ref"],
         staged_commit=values.get("staged_commit"),
     )
+
+
+def write_set_metadata(write_prefixes: Sequence[str]) -> dict[str, str]:
+    """The metadata naming a scoped attempt's write set (empty for the branch-wide mode).
+
+    :param write_prefixes: the normalised write set, empty when not scoped.
+    """
+    return {WRITE_SET_KEY: json.dumps(list(write_prefixes))} if write_prefixes else {}
+
+
+def write_set_of(metadata: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The write set a commit's metadata names (empty when it names none, or a malformed one).
+
+    :param metadata: a commit's metadata.
+    """
+    try:
+        value = json.loads((metadata or {}).get(WRITE_SET_KEY, "[]"))
+    except ValueError:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return ()
+    return tuple(value)
 
 
 def check_user_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:

@@ -24,7 +24,13 @@ from airflow_lakefence.core.advice import WHAT_TO_DO
 from airflow_lakefence.core.delta import DeltaTableChange, check_staged_tables, refuse_undeclared_tables
 from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.metadata import ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
+from airflow_lakefence.core.metadata import (
+    ROLE_STAGE,
+    LakeFenceRecord,
+    decode_metadata,
+    encode_metadata,
+    write_set_metadata,
+)
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
 from airflow_lakefence.core.request import PublishRequest
@@ -331,7 +337,12 @@ class StagingArea:
         """
         client, repo = self.lakefs, self.request.repository
         record = LakeFenceRecord(attempt, ROLE_STAGE, input_commit)
-        metadata = {**(self.request.commit_metadata or {}), **encode_metadata(record)}
+        scope = self.request.scope
+        metadata = {
+            **(self.request.commit_metadata or {}),
+            **encode_metadata(record),
+            **write_set_metadata(scope.write if scope is not None else ()),
+        }
         message = self.request.message(ROLE_STAGE, attempt)
 
         def commit(_answer_lost: bool) -> CommitInfo:

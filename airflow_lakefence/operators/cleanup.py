@@ -99,7 +99,9 @@ class LakeFSStagingCleanupOperator(BaseOperator):
 
     Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
     entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
-    ``dag_id``/``run_id``/``task_id``/``map_index`` when identified. Running it again is harmless.
+    ``dag_id``/``run_id``/``task_id``/``map_index`` when identified, and ``write_prefixes`` for a
+    scoped attempt's branch (the write set its staged commit or evidence marker names). Running it
+    again is harmless.
 
     The first-seen memory that ``max_age`` needs lives in the Airflow Variable
     :func:`memory_variable_key` names (shared by every cleaner of the same connection, repository

@@ -4,6 +4,7 @@ The sensors judge the latest publication touching conf ``watch`` (a write prefix
 the publisher conf ``publisher_dag_id``; the publishers are those of scoped_dags.py, plus
 ``lf_scoped_outlets``: a scoped Python publication with two write prefixes (``tables/t/date=<day>/``
 and ``tables/u/date=<day>/``), a read prefix ``dims/d/`` and a ``lakefs://`` outlet on ``tables/t``.
+``lf_scoped_clean`` cleans the staging branches of ``lf_scoped_decorated``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Asset
 
-from airflow_lakefence.operators import FencedPythonPublishOperator
+from airflow_lakefence.operators import FencedPythonPublishOperator, LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,4 +73,9 @@ with failure_recording_dag("lf_scoped_outlets", FAILURES) as outlets_dag:
         input_prefixes=["dims/d/"],
         outlets=[T_ASSET],
         **CONF,
+    )
+
+with _dag("lf_scoped_clean") as clean_dag:
+    LakeFSStagingCleanupOperator(
+        task_id="clean", repository=REPO, publishers=[{"dag_id": "lf_scoped_decorated", "task_id": "publish"}]
     )

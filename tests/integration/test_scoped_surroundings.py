@@ -22,7 +22,9 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence.core.metadata import WRITE_SET_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.exceptions import PublishFenceError
 from tests.conftest import DAGS_FOLDER, load_dag_module
 from tests.integration.helpers import commit_files, die_after_publishing, run_dag, xcoms
 from tests.integration.sensor_helpers import after, sensor_waits, waited_how
@@ -116,6 +118,28 @@ def test_an_abandoned_scoped_publication_is_found_under_other_writers(
     # The settled gate of day 1 does not pass while its publication is abandoned.
     run, _ = sense(around.settled_dag, repo, 1, "lf_scoped_decorated")
     assert run.state == "failed"
+    # The staged commit names its write set (what the cleaner reports of a leftover branch).
+    assert repo.commit(staged).get_commit().metadata[WRITE_SET_KEY] == json.dumps([day(1)])
+
+
+def test_the_cleaner_names_the_write_set_of_a_scoped_evidence_branch(
+    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    # Another writer changes day 1's partition after the input: the scoped publication of day 1
+    # fails closed at publish time and keeps its staging branch as evidence.
+    commit_files(repo, "main", {day(1) + "part-x": "someone else"}, "another writer in the partition")
+    run = run_dag(scoped_dags.decorated_dag, conf(repo, input_commit, 1))
+    assert run.state == "failed"
+    error = scoped_dags.FAILURES[("lf_scoped_decorated", 1)]
+    assert isinstance(error, PublishFenceError) and error.staging_branch
+    cleaner = run_dag(around.clean_dag, {"repository": repo.id})
+    assert cleaner.state == "success"
+    report = xcoms(cleaner, "clean")["return_value"]
+    assert report["deleted"] == []
+    (kept,) = report["kept"]
+    assert kept["branch"] == error.staging_branch and kept["evidence"] == "PublishFenceError"
+    assert kept["write_prefixes"] == [day(1)] and kept["run_id"] == run.run_id
 
 
 def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_call(
