@@ -34,7 +34,7 @@ another writer's publication stacked on top of theirs. Given a write set (``outp
 question is asked of *the latest publication touching the write set* instead of HEAD: the newest
 non-merge commit that changed a path under it (lakeFS's ``log`` with ``prefixes``, one call whatever
 the history depth and however many other writers' commits lie on top). A publication shows there as
-its staged commit (or, for a relocation, its revert commit), which carries the attempt's ``stage``
+its staged commit (or, for a replacement or a relocation, its revert commit), which carries the attempt's ``stage``
 record; the task instance's ``output_ref`` stands behind it when that commit's ``publish`` record
 names the same attempt (:attr:`PublisherState.output_matches`).
 
@@ -262,7 +262,7 @@ def publication_of(
 def output_stands_behind(judged: LakeFenceRecord, output: Mapping[str, str] | None) -> bool:
     """Whether a task instance's ``output_ref`` commit stands behind a scoped judged commit.
 
-    The judged commit is a staged (or, for a relocation, revert) commit carrying an attempt's
+    The judged commit is a staged (or, for a replacement or a relocation, revert) commit carrying an attempt's
     ``stage`` record; the ``output_ref`` is a merge commit carrying a ``publish`` record. They are
     one publication when both name the same attempt (one attempt publishes once).
 

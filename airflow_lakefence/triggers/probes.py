@@ -1,7 +1,7 @@
 """One poke of each lakeFS sensor: the code both poke mode and the triggers run.
 
-Each probe is synchronous and bounded (at most two lakeFS calls, whatever the history depth); the sensors call it in the
-worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
+Each probe is synchronous and bounded (at most two lakeFS calls, whatever the history depth); the
+sensors call it in the worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
 share every decision. Airflow is asked through an :class:`~airflow_lakefence.task_instances.AirflowView`
 (:class:`~airflow_lakefence.task_instances.TaskSdkView`: Task SDK calls that work in both places).
 """
