@@ -162,10 +162,10 @@ class ScopedScenario:
         fresh = 0
         for i in range(count):
             roll = rng.random()
-            if i and roll < 0.35:
-                chosen = rng.choice(writes)  # a writer of a partition another writes (a rerun of one date)
-            elif roll < 0.42:
+            if roll < 0.07:
                 chosen = (TABLE,)  # the whole table (a compaction): overlaps every partition writer
+            elif i and roll < 0.4:
+                chosen = rng.choice(writes)  # a writer of a partition another writes (a rerun of one date)
             else:
                 fresh += 1
                 chosen = (day(fresh),)
@@ -200,7 +200,7 @@ class ScopedScenario:
                     try2_delay=round(rng.uniform(0.0, 0.5), 3),
                     delays={"try1": delays(fate == "zombie" and rng.random() < 0.4), "try2": delays(False)},
                     output=rng.choice(["stamp", "parts", "both"]),
-                    write_mode=rng.choice(["workspace", "workspace", "direct"]),
+                    write_mode="direct" if rng.random() < 0.2 else "workspace",
                     retry_empty=fate in ("crash", "zombie") and rng.random() < 0.2,
                 )
             )
@@ -597,6 +597,7 @@ def run_scoped_race(
         input_commit = install_hard_fence(adapter, repo.id, TARGET).head
     registry = AttemptRegistry(workdir / "registry.sqlite")
     env = attempt_env(lake, home)
+    phases = {"setup": time.monotonic() - started}
     keys: dict[str, PublicationKey] = {}
     firsts: dict[str, Any] = {}
     seconds: dict[str, Any] = {}
@@ -676,6 +677,7 @@ def run_scoped_race(
                 proc.wait(30)
     if errors:
         raise errors[0]
+    phases["run"] = time.monotonic() - started - sum(phases.values())
     runs = []
     for w in scenario.writers:
         key = keys[w.name]
@@ -686,7 +688,10 @@ def run_scoped_race(
     verdict = check_scoped_invariants(repo, input_commit, runs, registry, fence=fence, secret=lake.secret_access_key)
     verdict.notes["fence"] = fence
     verdict.notes["foreign_failed"] = [e["detail"] for e in registry.events() if e["what"] == "foreign_failed"]
+    phases["check"] = time.monotonic() - started - sum(phases.values())
     check_cleaner_scoped(lake, repo, runs, registry, verdict)
+    phases["cleaner"] = time.monotonic() - started - sum(phases.values())
+    verdict.notes["seconds"] = {name: round(value, 2) for name, value in phases.items()}
     summary = {
         f"{w.plan.name}.try{n}": (
             o.error_type or ("crash" if o.crashed else o.result.get("status", f"exit {o.returncode}"))
