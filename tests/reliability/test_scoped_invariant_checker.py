@@ -25,6 +25,7 @@ from tests.reliability.scoped_race import (
     WriterRun,
     check_scoped_invariants,
     day,
+    overlapping,
 )
 
 pytestmark = pytest.mark.scoped
@@ -227,6 +228,14 @@ def test_the_ci_seeds_cover_the_scenario_family() -> None:
     fates = [w.fate for s in scenarios for w in s.writers]
     assert sum(len(s.writers) for s in scenarios) >= 30
     assert sum(bool(s.overlaps()) for s in scenarios) >= 6
-    assert sum(not s.overlaps() for s in scenarios) >= 2  # and some whose writers are all disjoint
+    assert sum(not s.overlaps() for s in scenarios) >= 1  # and one whose writers are all disjoint
+    post_publish = ("after_publish_action", "after_verify", "after_xcom")
+    crashers = [
+        w
+        for s in scenarios
+        for w in s.writers
+        if w.crash_at in post_publish and not any(overlapping(w.write, v.write) for v in s.writers if v is not w)
+    ]
+    assert len(crashers) >= 5  # a crash after publishing in a partition nobody else writes
     assert sum(any(w.read for w in s.writers) for s in scenarios) >= 5
     assert all(fates.count(fate) >= 3 for fate in ("plain", "crash", "zombie", "lost")), fates

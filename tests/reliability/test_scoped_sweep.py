@@ -23,9 +23,11 @@ from tests.reliability.sweep import run_sweep, summarize_scoped
 
 pytestmark = [pytest.mark.scoped, pytest.mark.real_lakefs]
 
-#: The seeds CI runs per fence mode (the long sweep runs 0..199): 10 scenarios, 34 writers; 8 with
-#: overlapping write sets, 6 with read sets, every fate (crash, zombie, lost answer, plain) several times.
-CI_SCOPED_SEEDS = range(2000, 2010)
+#: The seeds CI runs per fence mode (the long sweep runs 0..199): five consecutive ones (overlapping
+#: writers, read sets, lost answers, zombies) and five picked from 2010..2199 because one writer
+#: crashes after publishing in a partition nobody else writes, so its retry most likely replaces its
+#: own publication under the others' (a crash in an overlapped scope usually fails closed before it).
+CI_SCOPED_SEEDS = (2000, 2001, 2002, 2003, 2006, 2018, 2034, 2063, 2091, 2106)
 #: Scenarios run at a time.
 WORKERS = 4
 
@@ -54,7 +56,9 @@ def test_scoped_seeded_interleavings(
     # Not vacuous: writers landed and were refused, and a crashed or answer-lost try's publication was
     # replaced or recognised.
     outcomes, decisions = summary["outcomes"], summary["decisions"]
-    assert outcomes.get("success", 0) >= 10 and outcomes.get("PublishFenceError", 0) >= 3, summary
-    assert outcomes.get("crash", 0) >= 3 and outcomes.get("StaleAttemptError", 0) >= 1, summary
-    assert decisions.get("merge", 0) >= 10 and decisions.get("replace", 0) + decisions.get("idempotent", 0) >= 1
+    print(json.dumps({k: summary[k] for k in ("outcomes", "decisions", "holes", "live_publications")}))
+    refused = sum(n for name, n in outcomes.items() if name.endswith("Error") and name != "StaleAttemptError")
+    assert outcomes.get("success", 0) >= 10 and refused >= 3, summary
+    assert outcomes.get("crash", 0) >= 2 and outcomes.get("StaleAttemptError", 0) >= 1, summary
+    assert decisions.get("merge", 0) >= 10 and decisions.get("replace", 0) >= 1 and decisions.get("idempotent", 0) >= 1
     assert summary["live_publications"] >= 10
