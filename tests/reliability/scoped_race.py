@@ -299,14 +299,14 @@ def check_scoped_invariants(
        HEAD while the writer is live. When the writer is not live its task failed (with a named
        ``PublishFenceError``) and the leftover is noted, not a violation: Airflow shows the failure,
        the error names the commit and the evidence is kept.
-    4. **No scope written by two live publications.** For each live writer, nothing under its write
-       or read set changed between the input and the first parent of its publication except by its own
-       key's earlier tries (the fence's promise, checked from lakeFS's diffs, not from the product's
-       decisions: a stale read is a violation too); no path is changed by the publications of two live
-       writers; another writer's file inside a live writer's write set is allowed only when it is the
-       current output of a live writer that landed *later* (the serial order: e.g. a partition
-       published after a whole-table writer whose own files lie outside that partition: its scope
-       was untouched when it landed, so the two wrote disjoint paths).
+    4. **No scope written by two live publications.** For each live writer, nothing under its write or
+       read set changed between the input and the first parent of its publication (for a no-op: the HEAD
+       its scan probed) except by its own key's earlier tries (the fence's promise, checked from
+       lakeFS's diffs, not from the product's decisions: a stale read is a violation too); no path is
+       changed by the publications of two live writers; another writer's file inside a live writer's
+       write set is allowed only when it is the current output of a live writer that landed *later* (the
+       serial order: e.g. a partition published after a whole-table writer whose own files lie outside
+       that partition: its scope was untouched when it landed, so the two wrote disjoint paths).
     5. Every try ends with a named outcome (a crash only where one was injected); no staging branch
        is left but evidence, before and after the cleaner ran; the secret is in no log.
 
