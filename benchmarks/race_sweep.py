@@ -2,13 +2,19 @@
 foreign writer, each in its own process against one lakeFS (the project's local server, or real
 lakeFS with ``--lakefs-backend real``), checked for the reliability invariants.
 
-Not part of CI (CI runs a fixed set of 12 seeds in tests/reliability/test_racing_attempts.py).
-The latest result is recorded in docs/reliability.md.
+With ``--family scoped``, the scoped fence's sweep instead: three or four writers (publication keys)
+of disjoint and overlapping prefixes on one branch, with read sets, crashes after publishing, zombie
+tries and lost merge answers (tests/reliability/scoped_race.py).
+
+Not part of CI (CI runs a fixed set of 12 seeds in tests/reliability/test_racing_attempts.py, and 10
+scoped seeds per fence in tests/reliability/test_scoped_sweep.py). The latest results are recorded in
+docs/reliability.md.
 
 Run from the repository root::
 
     python benchmarks/race_sweep.py --seeds 200 [--first 0] [--workers 3] [--json sweep.json]
-        [--fence soft|hard|both] [--lakefs-backend local|real] [--real-kv postgres|local]
+        [--family branch|scoped] [--fence soft|hard|both] [--lakefs-backend local|real]
+        [--real-kv postgres|local]
 
 (the same as ``python -m tests.reliability.sweep``). Exit code 1 when an invariant was violated;
 rerun one scenario with ``--first SEED --seeds 1 --keep`` to keep its logs and timeline.

@@ -12,7 +12,10 @@ try_number, delay}``: import everything, then wait until the scheduler mints tha
 ``result`` (path of the outcome file), ``operator`` (keyword arguments of the operator:
 repository, target_branch, input_ref, write_mode...), ``job`` (the race_job spec), ``delays``
 (``{failpoint: seconds}``: a sleep at that boundary), ``waits`` (``{failpoint: [who, what, point]}``:
-block at that boundary until the timeline shows the event, for interleavings chosen exactly).
+block at that boundary until the timeline shows the event, for interleavings chosen exactly),
+``who_prefix`` (prepended to ``try<N>`` on the timeline, when several keys share one registry) and
+``lose_merge_answer`` (the first merge into the target lands on lakeFS, then the client reports it
+unavailable: a lost answer, injected in the process so it works on real lakeFS too).
 
 Every failpoint reached and every publish-fence decision is appended to the registry's timeline.
 ``LAKEFENCE_FAILPOINTS=<point>=exit`` in the environment crashes the process there (exit code 86,
@@ -77,7 +80,7 @@ def run(spec: dict[str, Any]) -> int:
             time.sleep(0.02)
         time.sleep(float(wanted.get("delay", 0)))
     row = registry.ti(ti_id)
-    who = f"try{row.try_number}"
+    who = f"{spec.get('who_prefix', '')}try{row.try_number}"
     delays: dict[str, float] = spec.get("delays", {})
     waits: dict[str, list[Any]] = spec.get("waits", {})
 
@@ -118,6 +121,9 @@ def run(spec: dict[str, Any]) -> int:
     # Observed, not changed: the check before the job (engine) and the publish fence (publish).
     fenced_engine.decide_publish = recording_decide
     fenced_publish.decide_publish = recording_decide
+    _observe_scoped(registry, who)
+    if spec.get("lose_merge_answer"):
+        _lose_first_merge_answer(registry, who, spec["operator"]["target_branch"])
 
     kwargs = dict(spec["operator"])
     job = json.dumps(spec.get("job", {}))
@@ -158,6 +164,48 @@ def run(spec: dict[str, Any]) -> int:
     registry.finish(row.id, "success")
     _write(spec["result"], {"status": "success", "output_ref": output_ref, "ti_id": row.id})
     return 0
+
+
+def _observe_scoped(registry: Any, who: str) -> None:
+    """Record the scoped publish's decisions on the timeline (observed, not changed)."""
+    from airflow_lakefence.core.scoped_publish import ScopedPublish
+
+    original_decide = ScopedPublish._decide_and_act
+    original_done = ScopedPublish._done
+    seen: dict[str, str | None] = {"head": None}
+
+    def decide_and_act(self: Any, head: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["head"] = head.commit_id
+        return original_decide(self, head, *args, **kwargs)
+
+    def done(self: Any, action: Any, reason: str, output: str) -> Any:
+        detail = {"head": seen["head"], "action": action.value, "output_ref": output, "early": False, "scoped": True}
+        registry.record(who, "decision", detail)
+        return original_done(self, action, reason, output)
+
+    ScopedPublish._decide_and_act = decide_and_act  # type: ignore[method-assign]
+    ScopedPublish._done = done  # type: ignore[method-assign]
+
+
+def _lose_first_merge_answer(registry: Any, who: str, target: str) -> None:
+    """The first merge into ``target`` lands, then its answer is lost (the client sees lakeFS unavailable)."""
+    from airflow_lakefence.exceptions import LakeFSUnavailableError
+    from airflow_lakefence.lakefs_client import LakeFSClient
+
+    original = LakeFSClient.merge
+    armed = {"on": True}
+
+    def merge(self: Any, repository: str, source_ref: str, destination: str, *args: Any, **kwargs: Any) -> str:
+        result = original(self, repository, source_ref, destination, *args, **kwargs)
+        if destination == target and armed["on"]:
+            armed["on"] = False
+            registry.record(who, "answer_lost", {"operation": "merge", "landed": result})
+            raise LakeFSUnavailableError(
+                "lakeFS merge: no response (answer lost on purpose)", status=None, operation="merge"
+            )
+        return result
+
+    LakeFSClient.merge = merge  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 ``registry`` (path), ``url``, ``access_key_id``, ``secret_access_key``, ``repository``, ``target``
 and either
 
-* ``schedule`` (seconds after try 1 starts executing) with one ``style`` for every write, or
+* ``schedule`` (seconds after try 1, or ``epoch_who``, starts executing) with one ``style`` for every write, or
 * ``steps``: ``[{"after": [who, what, point], "action": ...}]``, each run once the timeline shows
   that event (an interleaving chosen exactly).
 
@@ -16,6 +16,9 @@ Actions (styles):
   (how a well-behaved pipeline writes);
 * ``upload``: upload onto the target without committing (leave it dirty); ``commit_staged``:
   commit what is staged there.
+
+Writes go to ``foreign/<n>.txt`` unless ``paths`` (schedule: one per write; steps: a step's ``path``)
+names another path (e.g. inside a publication's read set).
 
 Each acknowledged commit is recorded on the registry's timeline as ``foreign_commit`` with its id
 and first parent; a refused write as ``foreign_failed``; an upload as ``foreign_upload``.
@@ -33,9 +36,11 @@ import lakefs
 from tests.reliability.registry import AttemptRegistry
 
 
-def _act(registry: AttemptRegistry, repo: lakefs.Repository, target_id: str, n: int, action: str) -> None:
+def _act(
+    registry: AttemptRegistry, repo: lakefs.Repository, target_id: str, n: int, action: str, path: str | None = None
+) -> None:
     target = repo.branch(target_id)
-    path = f"foreign/{n}.txt"
+    path = path or f"foreign/{n}.txt"
     try:
         if action == "upload":
             target.object(path).upload(f"foreign {n}".encode(), pre_sign=False)
@@ -55,7 +60,7 @@ def _act(registry: AttemptRegistry, repo: lakefs.Repository, target_id: str, n: 
     except Exception as exc:  # a refused write is part of the scenario, not a harness failure
         registry.record("foreign", "foreign_failed", {"n": n, "error": f"{type(exc).__name__}: {exc}"})
         return
-    registry.record("foreign", "foreign_commit", {"n": n, "id": commit.id, "parent": commit.parents[0]})
+    registry.record("foreign", "foreign_commit", {"n": n, "id": commit.id, "parent": commit.parents[0], "path": path})
 
 
 def run(spec: dict[str, Any]) -> None:
@@ -66,12 +71,13 @@ def run(spec: dict[str, Any]) -> None:
     if "steps" in spec:
         for n, step in enumerate(spec["steps"]):
             registry.wait_for(*step["after"])
-            _act(registry, repo, spec["target"], n, step["action"])
+            _act(registry, repo, spec["target"], n, step["action"], step.get("path"))
         return
-    epoch = registry.wait_for("try1", "start")
+    epoch = registry.wait_for(spec.get("epoch_who", "try1"), "start")
+    paths = spec.get("paths") or []
     for n, offset in enumerate(spec["schedule"]):
         time.sleep(max(0.0, epoch + offset - time.time()))
-        _act(registry, repo, spec["target"], n, spec.get("style", "commit"))
+        _act(registry, repo, spec["target"], n, spec.get("style", "commit"), paths[n] if n < len(paths) else None)
 
 
 def main() -> None:

@@ -323,6 +323,7 @@ def spawn_attempt(
     delays: Mapping[str, float] | None = None,
     waits: Mapping[str, list[Any]] | None = None,
     crash_at: str | None = None,
+    spec_extra: Mapping[str, Any] | None = None,
 ) -> Attempt:
     """Start one attempt of the fenced task in its own process (see ``driver.py``).
 
@@ -332,6 +333,7 @@ def spawn_attempt(
     :param delays: seconds to sleep at failpoints.
     :param waits: ``{failpoint: [who, what, point]}``: block there until the timeline shows that event.
     :param crash_at: a failpoint where the process exits at once (a crash).
+    :param spec_extra: more driver spec keys (``who_prefix``, ``lose_merge_answer``).
     """
     spec: dict[str, Any] = {
         "registry": registry.path,
@@ -339,6 +341,7 @@ def spawn_attempt(
         "job": dict(job),
         "delays": dict(delays or {}),
         "waits": dict(waits or {}),
+        **dict(spec_extra or {}),
     }
     if ti_id is not None:
         spec["ti_id"] = ti_id
@@ -394,6 +397,8 @@ def spawn_foreign_writer(
     schedule: Iterable[float] = (),
     style: str = "commit",
     steps: Iterable[Mapping[str, Any]] | None = None,
+    paths: Iterable[str] = (),
+    epoch_who: str = "try1",
 ) -> Proc:
     """Start the foreign writer process (see ``foreign_writer.py``): timed writes, or ``steps``."""
     spec: dict[str, Any] = {
@@ -409,6 +414,8 @@ def spawn_foreign_writer(
     else:
         spec["schedule"] = list(schedule)
         spec["style"] = style
+        spec["paths"] = list(paths)
+        spec["epoch_who"] = epoch_who
     spec_path = workdir / "foreign.json"
     spec_path.write_text(json.dumps(spec))
     return launcher.launch("foreign", spec_path, workdir / "foreign.log", env)
@@ -517,15 +524,15 @@ class RegistryView:
 
     def output_ref(self, key: PublicationKey) -> Any:
         """The ``output_ref`` XCom a downstream task would read."""
-        return self.registry.visible_xcoms().get("output_ref")
+        return self.registry.visible_xcoms(of=key).get("output_ref")
 
     def supersedes(self, key: PublicationKey) -> Any:
         """The ``supersedes`` XCom a try pushes when it replaces a successful publication."""
-        return self.registry.visible_xcoms().get("supersedes")
+        return self.registry.visible_xcoms(of=key).get("supersedes")
 
     def evidence(self, key: PublicationKey) -> Any:
         """The ``evidence`` XCom (the run's evidence branches) a try pushes when it keeps or succeeds."""
-        return self.registry.visible_xcoms().get("evidence")
+        return self.registry.visible_xcoms(of=key).get("evidence")
 
 
 def judge_head(lake: Lake, repository: str, registry: AttemptRegistry, branch: str = TARGET) -> Any:

@@ -7,6 +7,7 @@ Spec keys (JSON in ``argv[1]`` after ``spec=``):
   try, so two tries' outputs conflict, like a table rewritten in place);
 * ``part_prefix``: a file ``<prefix>part-<staging branch>.txt`` (a name unique to the attempt, like
   Spark's ``part-<uuid>`` files: two tries' outputs do *not* conflict and would add up);
+* ``stamp_paths``, ``part_prefixes``: the same for several paths / prefixes (one per write prefix);
 * ``sleep``: seconds to sleep before writing; ``fail``: exit 3;
 * ``dump_argv``: write ``debug/argv.json`` (this process's argv) and ``debug/env_has_secret.txt``;
 * ``print_secret``: print the secret from the environment (a canary: shows whether a log is masked).
@@ -42,6 +43,10 @@ def main() -> None:
         files[spec["stamp_path"]] = staging
     if spec.get("part_prefix"):
         files[f"{spec['part_prefix']}part-{staging}.txt"] = staging
+    for path in spec.get("stamp_paths", []):
+        files[path] = staging
+    for prefix in spec.get("part_prefixes", []):
+        files[f"{prefix}part-{staging}.txt"] = staging
     if spec.get("dump_argv"):
         files["debug/argv.json"] = json.dumps(sys.argv)
         files["debug/env_has_secret.txt"] = str(bool(os.environ.get("LAKEFS_SECRET_ACCESS_KEY")))

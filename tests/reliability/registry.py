@@ -155,20 +155,30 @@ class AttemptRegistry:
             raise KeyError(ti_id)
         return TIRow(*row[:7], archived=bool(row[7]))
 
-    def xcoms(self, *, include_cleared: bool = False) -> list[dict[str, Any]]:
-        """Every XCom push in order: ``{ti_id, key, value, at, cleared}``."""
-        query = "SELECT ti_id, key, value, at, cleared FROM xcom"
+    def xcoms(self, *, include_cleared: bool = False, of: Any = None) -> list[dict[str, Any]]:
+        """Every XCom push in order: ``{ti_id, key, value, at, cleared}``.
+
+        :param of: only the pushes of this publication key's task instances (when several keys share the registry).
+        """
+        query = "SELECT ti_id, key, value, at, cleared FROM xcom WHERE 1=1"
+        params: tuple[Any, ...] = ()
         if not include_cleared:
-            query += " WHERE cleared=0"
+            query += " AND cleared=0"
+        if of is not None:
+            query += " AND ti_id IN (SELECT id FROM ti WHERE dag_id=? AND run_id=? AND task_id=? AND map_index=?)"
+            params = (of.dag_id, of.run_id, of.task_id, of.map_index)
         with self._db(write=False) as db:
-            rows = db.execute(query + " ORDER BY seq").fetchall()
+            rows = db.execute(query + " ORDER BY seq", params).fetchall()
         return [
             {"ti_id": r[0], "key": r[1], "value": json.loads(r[2]), "at": r[3], "cleared": bool(r[4])} for r in rows
         ]
 
-    def visible_xcoms(self) -> dict[str, Any]:
-        """What a downstream task would pull: the last uncleared push of each key."""
-        return {row["key"]: row["value"] for row in self.xcoms()}
+    def visible_xcoms(self, of: Any = None) -> dict[str, Any]:
+        """What a downstream task would pull: the last uncleared push of each key.
+
+        :param of: only this publication key's pushes.
+        """
+        return {row["key"]: row["value"] for row in self.xcoms(of=of)}
 
     def events(self) -> list[dict[str, Any]]:
         """The timeline: ``{at, who, what, detail}`` in order."""

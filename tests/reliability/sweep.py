@@ -1,10 +1,13 @@
 """The randomized race sweep: many seeded interleavings of a zombie try, a new try and a foreign writer.
 
 ``python -m tests.reliability.sweep --seeds 200 [--first 0] [--workers 3] [--json out.json]
-[--lakefs-backend local|real] [--real-kv postgres|local]`` (or ``python benchmarks/race_sweep.py ...``)
+[--family branch|scoped] [--fence soft|hard|both] [--lakefs-backend local|real] [--real-kv postgres|local]``
+(or ``python benchmarks/race_sweep.py ...``)
 starts the project's local lakeFS server (or real lakeFS, built from tests/real_lakefs, its KV
 store on PostgreSQL unless ``--real-kv local``), runs every scenario of
-:class:`~tests.reliability.harness.RaceScenario` for seeds ``first .. first+seeds-1``, checks the
+:class:`~tests.reliability.harness.RaceScenario` (``--family scoped``: of
+:class:`~tests.reliability.scoped_race.ScopedScenario`, several writers on one branch with the scoped
+fence) for seeds ``first .. first+seeds-1``, checks the
 invariants and prints a summary: how many scenarios passed, every violation with its seed (rerun
 one with ``--first SEED --seeds 1``), and how often each documented soft-fence limit was observed.
 The exit code is 1 when any invariant was violated.
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.reliability.harness import ForkServer, Lake, Launcher, RaceReport, RaceScenario, attempt_env, run_race
+from tests.reliability.scoped_race import SCOPED_CLASSES, ScopedReport, ScopedScenario, run_scoped_race
 
 
 def run_sweep(
@@ -34,10 +38,19 @@ def run_sweep(
     workdir: Path,
     home: Path,
     fence: str = "soft",
-) -> list[RaceReport]:
-    """Run the scenarios of ``seeds``, ``workers`` at a time, with the ``soft`` or the ``hard`` fence."""
+    family: str = "branch",
+) -> list[Any]:
+    """Run the scenarios of ``seeds``, ``workers`` at a time, with the ``soft`` or the ``hard`` fence.
 
-    def one(seed: int) -> RaceReport:
+    :param family: ``branch`` (:class:`RaceScenario`: one key's tries and a foreign writer, the
+        branch-wide fence) or ``scoped`` (:class:`ScopedScenario`: several keys, the scoped fence).
+    :return: :class:`RaceReport` or :class:`ScopedReport` per seed, in order.
+    """
+
+    def one(seed: int) -> Any:
+        if family == "scoped":
+            scenario = ScopedScenario.from_seed(seed)
+            return run_scoped_race(launcher, lake, workdir / f"scoped-{fence}-seed-{seed}", home, scenario, fence=fence)
         return run_race(
             launcher, lake, workdir / f"{fence}-seed-{seed}", home, RaceScenario.from_seed(seed), fence=fence
         )
@@ -71,8 +84,10 @@ def violation_classes(reports: list[RaceReport]) -> dict[str, int]:
     return counts
 
 
-def summarize(reports: list[RaceReport]) -> dict[str, Any]:
+def summarize(reports: list[Any]) -> dict[str, Any]:
     """Aggregate figures of a sweep."""
+    if reports and isinstance(reports[0], ScopedReport):
+        return summarize_scoped(reports)
     holes: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
     decisions: Counter[str] = Counter()
@@ -95,6 +110,49 @@ def summarize(reports: list[RaceReport]) -> dict[str, Any]:
     }
 
 
+def scoped_violation_classes(reports: list[ScopedReport]) -> dict[str, int]:
+    """Scoped scenarios per finding class (a documented hole counts as well as a broken invariant)."""
+    counts = dict.fromkeys([*SCOPED_CLASSES, "other_violations"], 0)
+    for report in reports:
+        findings = [*report.verdict.holes, *report.verdict.violations]
+        hit = {name for name, needles in SCOPED_CLASSES.items() if any(n in f for f in findings for n in needles)}
+        if any(not any(n in v for ns in SCOPED_CLASSES.values() for n in ns) for v in report.verdict.violations):
+            hit.add("other_violations")
+        for name in hit:
+            counts[name] += 1
+    return counts
+
+
+def summarize_scoped(reports: list[ScopedReport]) -> dict[str, Any]:
+    """Aggregate figures of a scoped sweep: outcomes per try, decisions per action, fates, overlaps."""
+    holes: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    decisions: Counter[str] = Counter()
+    fates: Counter[str] = Counter()
+    for report in reports:
+        holes.update(report.verdict.holes)
+        outcomes.update(report.outcomes.values())
+        decisions.update(d.rsplit(":", 1)[1] for d in report.decisions)
+        fates.update(w.fate for w in report.scenario.writers)
+    return {
+        "family": "scoped",
+        "scenarios": len(reports),
+        "passed": sum(r.verdict.ok for r in reports),
+        "violations": {r.scenario.seed: r.verdict.violations for r in reports if not r.verdict.ok},
+        "holes": dict(holes),
+        "violation_classes": scoped_violation_classes(reports),
+        "writers": sum(len(r.scenario.writers) for r in reports),
+        "live_publications": sum(len(r.verdict.notes.get("live", [])) for r in reports),
+        "with_overlapping_scopes": sum(bool(r.scenario.overlaps()) for r in reports),
+        "with_read_sets": sum(any(w.read for w in r.scenario.writers) for r in reports),
+        "with_foreign_writer": sum(bool(r.scenario.foreign) for r in reports),
+        "fates": dict(sorted(fates.items())),
+        "outcomes": dict(sorted(outcomes.items())),
+        "decisions": dict(sorted(decisions.items())),
+        "seconds_total": round(sum(r.seconds for r in reports), 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep from the command line; return the exit code."""
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.sweep", description=__doc__.splitlines()[0])
@@ -108,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("soft", "hard", "both"),
         default="soft",
         help="the soft fence, the hard fence (lakeFS pre-merge hook, merge-only replacement), or both side by side",
+    )
+    parser.add_argument(
+        "--family",
+        choices=("branch", "scoped"),
+        default="branch",
+        help="branch: one key's tries and a foreign writer (the branch-wide fence, default); scoped: three or "
+        "four writers of disjoint and overlapping prefixes on one branch (the scoped fence)",
     )
     parser.add_argument(
         "--lakefs-backend",
@@ -132,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     home.mkdir()
     fences = ["soft", "hard"] if args.fence == "both" else [args.fence]
     summaries: dict[str, dict[str, Any]] = {}
-    all_reports: dict[str, list[RaceReport]] = {}
+    all_reports: dict[str, list[Any]] = {}
     with _lakefs(args.lakefs_backend, root / "lakefs", args.real_kv) as server:
         lake = Lake(server.url, server.access_key_id, server.secret_access_key)
         launcher = ForkServer(attempt_env(lake, home))
@@ -140,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds = list(range(args.first, args.first + args.seeds))
             for fence in fences:
                 started = time.monotonic()
-                reports = run_sweep(launcher, lake, seeds, args.workers, root / "runs", home, fence)
+                reports = run_sweep(launcher, lake, seeds, args.workers, root / "runs", home, fence, args.family)
                 summaries[fence] = summarize(reports)
                 summaries[fence]["wall_seconds"] = round(time.monotonic() - started, 1)
                 summaries[fence]["workers"] = args.workers
