@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package, delta_table
@@ -143,6 +143,10 @@ _PY_KWARGS = {
 }
 
 
+#: The repository of ``lf_delta_py_story``: an outlet's URI names its repository at parse time.
+STORY_REPOSITORY = "lakefence-delta-story"
+
+
 def _py_events(table: str, **kwargs: Any) -> FencedPythonPublishOperator:
     return FencedPythonPublishOperator(
         task_id="events",
@@ -160,6 +164,10 @@ def _py_events(table: str, **kwargs: Any) -> FencedPythonPublishOperator:
 
 with _dag("lf_delta_py_events") as py_events_dag:
     _py_events(EVENTS.root)
+
+with _dag("lf_delta_py_story") as py_story_dag:
+    # The table as an outlet: its asset events name the published commit and the Delta version.
+    _py_events(EVENTS.root, outlets=[Asset(f"lakefs://{STORY_REPOSITORY}/main/{EVENTS.root}")])
 
 with _dag("lf_delta_py_scoped") as py_scoped_dag:
     # The scoped fence: the table root is the write set (no output prefixes).

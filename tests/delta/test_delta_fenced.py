@@ -1,9 +1,12 @@
-"""The fenced Spark operator publishing a Delta table: real Airflow (``dag.test()``), real lakeFS, real
-PySpark in local mode writing through the S3 gateway with Delta's jar from Maven.
+"""A Delta table published through the fenced operators: real Airflow (``dag.test()``), real lakeFS,
+real PySpark in local mode writing through the S3 gateway with Delta's jar from Maven.
 
-Each fenced try is a ``spark-submit`` of the example's job (dags_examples/jobs/delta_events.py);
-the test process reads the published table back with plain ``spark.read.format("delta")`` at the
-published commit (one SparkSession for the tier, tests/delta/conftest.py).
+Most scenarios run the example's write (``write_day`` of dags_examples/jobs/delta_events.py)
+through ``FencedPythonPublishOperator`` on the tier's one SparkSession (tests/delta/conftest.py):
+one JVM for every try, the same engine and checks around it. The retry after a death runs
+``FencedSparkPublishOperator``: each try a ``spark-submit`` of the example's job with
+``--packages``. The test process reads every published table back with plain
+``spark.read.format("delta")`` at the published commit.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -52,7 +56,10 @@ def _figures_and_failpoints(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         failpoints.disarm_all()
         FIGURES[f"{request.node.name} s"] = time.monotonic() - started
-        request.node.user_properties.append((f"{TIER_FIGURES_PROPERTY}delta operator tier", json.dumps(FIGURES)))
+        if "delta_spark" in request.fixturenames:
+            spark = request.getfixturevalue("delta_spark")
+            FIGURES["SparkSession start (with Ivy resolution) s"] = spark.lakefence_start_seconds
+        request.node.user_properties.append((f"{TIER_FIGURES_PROPERTY}delta tier", json.dumps(FIGURES)))
 
 
 def table_at(spark: Any, repo: lakefs.Repository, ref: str, **options: str) -> Any:
@@ -124,22 +131,21 @@ def run_py(dag: Any, repo: lakefs.Repository, input_ref: str, day: str, tag: str
     return xcoms(dr, "events")
 
 
+@pytest.fixture
+def story_repo(gateway_lakefs: Any, lakefs_client: Any, delta_dags: Any) -> Iterator[lakefs.Repository]:
+    """The repository the story DAG's outlet names (a fixed name), created for the test and deleted after."""
+    name = delta_dags.STORY_REPOSITORY
+    namespace = f"{gateway_lakefs.storage_namespace.rstrip('/')}/{name}-{uuid.uuid4().hex[:8]}"
+    repo = lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace, default_branch="main")
+    yield repo
+    repo.delete()
+
+
 def test_first_publish_a_daily_append_and_three_reruns_of_a_past_day(
-    delta_spark: Any,
-    gateway_lakefs: Any,
-    lakefs_repo: lakefs.Repository,
-    delta_dags: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    delta_spark: Any, gateway_lakefs: Any, story_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
     """Create, append (its write repeated inside the try), three re-runs of one day: one Delta version each."""
-    from airflow.sdk import Asset
-
-    repo, dag = lakefs_repo, delta_dags.py_events_dag
-    # The table as the task's outlet (the repository is this test's): its events name the Delta version.
-    outlet = Asset(f"lakefs://{repo.id}/main/{TABLE.root}")
-    task = dag.get_task("events")
-    monkeypatch.setattr(task, "outlets", [outlet])
-    monkeypatch.setattr(task, "_lakefs_outlets", [outlet])
+    repo, dag = story_repo, delta_dags.py_story_dag
 
     def run(day: str, tag: str, **conf: Any) -> dict[str, Any]:
         values = run_py(dag, repo, repo.branch("main").get_commit().id, day, tag, **conf)
