@@ -11,6 +11,12 @@ One local SparkSession (Delta + S3A, as the Delta tier sets it up) against a rea
   deletion. (The operator's own steps — attempt fences, XCom — are not included: see
   docs/performance.md for those.)
 
+- **fenced**: the same append through the package's own :class:`~airflow_lakefence.core.engine.PublishEngine`
+  (the code the operators run: input pin, staging branch, stage commit, the Delta check, the publish
+  fence's decision, merge, verification, clean-up) over the lakeFS SDK adapter, with a stand-in
+  attempt fence that is always current (no Airflow: its fences cost metadata-DB reads, not lakeFS
+  calls); the job is the write with the attempt's txn options.
+
 Both tables start from the same version 0; the variants alternate (bare first), ``--runs`` each.
 A third variant, **bare+txn**, is the bare append with ``txnAppId``/``txnVersion`` (Delta then
 reads the table's transaction records before writing), and **staged: write** is the Delta write
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -38,6 +45,28 @@ from pathlib import Path
 from typing import Any
 
 TABLE_ROOT = "tables/events"
+
+
+@dataclasses.dataclass
+class CurrentAttempt:
+    """The attempt fence port of a try that stays current (the benchmark has no Airflow)."""
+
+    attempt: Any
+
+    def arm(self) -> None:
+        """Nothing to record."""
+
+    def stale_reason(self) -> str | None:
+        """Always current."""
+        return None
+
+    def was_killed(self) -> bool:
+        """Never killed."""
+        return False
+
+    def fail(self, where: str, reason: str) -> Any:
+        """Never called: the attempt is never stale."""
+        raise AssertionError(f"{where}: {reason}")
 
 
 @contextlib.contextmanager
@@ -91,13 +120,17 @@ def main() -> None:
     import lakefs
 
     from airflow_lakefence.core.delta import DeltaTableOutput, PathChange, check_delta_changes, latest_version
+    from airflow_lakefence.core.engine import PublishEngine, PublishRequest
+    from airflow_lakefence.core.keys import AttemptId, PublicationKey
     from airflow_lakefence.core.locations import AttemptLocations
     from airflow_lakefence.delta import delta_table
+    from airflow_lakefence.lakefs_client import LakeFSClient
     from airflow_lakefence.spark import configure_s3a
 
     table = DeltaTableOutput(TABLE_ROOT)
     with lakefs_endpoint(args.endpoint) as (url, key, secret):
         client = lakefs.Client(host=url, username=key, password=secret)  # type: ignore[no-untyped-call]
+        port = LakeFSClient(url, key, secret)
         name = f"delta-bench-{uuid.uuid4().hex[:8]}"
         repo = lakefs.Repository(name, client=client).create(storage_namespace=f"local://{name}")
         spark = spark_session()
@@ -123,7 +156,14 @@ def main() -> None:
         repo.branch("bare").create("main")
         bare_uri = f"s3a://{repo.id}/bare/{TABLE_ROOT}"
 
-        timings: dict[str, list[float]] = {"bare": [], "bare+txn": [], "staged": [], "staged: write": []}
+        timings: dict[str, list[float]] = {
+            "bare": [],
+            "bare+txn": [],
+            "staged": [],
+            "staged: write": [],
+            "fenced": [],
+            "fenced: write": [],
+        }
         for run in range(1, args.runs + 1):
             started = time.monotonic()
             batch(run).write.format("delta").mode("append").save(bare_uri)
@@ -163,6 +203,33 @@ def main() -> None:
             branch.merge_into(main_branch, message="publish")
             branch.delete()
             timings["staged"].append(time.monotonic() - started)
+
+            # The engine the operators run, around the same append.
+            written: list[float] = []
+
+            def job(locations: AttemptLocations, run: int = run, written: list[float] = written) -> None:
+                s3a = dataclasses.replace(locations, endpoint=url)
+                configure_s3a(spark, s3a, env)
+                target = delta_table(table, s3a)
+                write_started = time.monotonic()
+                batch(run).write.format("delta").mode("append").options(**target.write_options("bench")).save(
+                    target.uri
+                )
+                written.append(time.monotonic() - write_started)
+
+            started = time.monotonic()
+            key = PublicationKey("delta_bench", f"run-{run}-{uuid.uuid4().hex[:8]}", "append")
+            request = PublishRequest(
+                repository=repo.id,
+                target_branch="main",
+                input_ref="main",
+                write_mode="direct",
+                output_tables=[table],
+            )
+            result = PublishEngine(port, CurrentAttempt(AttemptId(key, 1, uuid.uuid4().hex)), request).run(job)
+            assert result.decision == "merge" and result.delta_versions == {table.prefix: 2 * run}, result
+            timings["fenced"].append(time.monotonic() - started)
+            timings["fenced: write"].append(written[0])
 
         for variant, values in timings.items():
             median = statistics.median(values)

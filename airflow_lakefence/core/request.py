@@ -154,9 +154,14 @@ class PublishRequest:
             raise InvalidInputError(str(exc)) from exc
         if self.read_only and self.fence_scope != ScopeMode.BRANCH:
             raise InvalidInputError("read_only=True publishes nothing: a fence scope has nothing to fence")
-        scope = parse_scope(self.output_prefixes, self.input_prefixes, self.fence_scope)
-        prefixes = scope.write if scope is not None else normalise_prefixes(self.output_prefixes)
         tables = normalise_table_roots(self.output_tables)
+        write_set, table_only = _scope_write_set(self.output_prefixes, tables)
+        scope = parse_scope(write_set, self.input_prefixes, self.fence_scope)
+        if scope is not None:
+            # The scoped fence covers the table roots too; file-level output rules never apply to them.
+            prefixes = tuple(p for p in scope.write if p not in table_only)
+        else:
+            prefixes = normalise_prefixes(self.output_prefixes)
         if tables and self.write_mode != "direct" and not self.read_only:
             raise InvalidInputError(
                 f"output_tables {[t.root for t in tables]} need write_mode='direct': Delta appends to a table's log "
@@ -184,6 +189,25 @@ class PublishRequest:
         :param attempt: this attempt.
         """
         return self.commit_message or f"lakefence: {role} {attempt.key.task_id} try {attempt.try_number}"
+
+
+def _scope_write_set(
+    output_prefixes: Sequence[str] | None, tables: Sequence[DeltaTableOutput]
+) -> tuple[Sequence[str] | None, tuple[str, ...]]:
+    """The scoped fence's write set: the declared prefixes and every table root not already under one.
+
+    A Delta table root is part of what a publication writes: two writers of one table must see each
+    other's new version in the scoped fence, and two writers of different tables must not.
+
+    :param output_prefixes: the declared prefixes (as given: :func:`parse_scope` validates them).
+    :param tables: the normalised table roots.
+    :return: the write set to validate, and the table prefixes it added.
+    """
+    if not tables or isinstance(output_prefixes, str):
+        return output_prefixes, ()
+    declared = [p.strip().strip("/") + "/" for p in output_prefixes or () if isinstance(p, str)]
+    added = tuple(t.prefix for t in tables if not any(t.prefix.startswith(d) for d in declared))
+    return [*(output_prefixes or ()), *added], added
 
 
 def read_target_head(lakefs: LakeFSPort, request: PublishRequest) -> HeadState:

@@ -212,7 +212,7 @@ class FencedPublishOperatorBase(BaseOperator):
         self.replace_by_merge = replace_by_merge
         if read_only and (fence_scope != "branch" or input_prefixes):
             raise InvalidInputError("read_only=True publishes nothing: fence_scope and input_prefixes do not apply")
-        _check_scope(fence_scope, output_prefixes, input_prefixes)
+        _check_scope(fence_scope, output_prefixes, input_prefixes, output_tables)
         self.fence_scope = fence_scope
         self.input_prefixes = input_prefixes
         self.output_tables = list(output_tables) if output_tables is not None else None
@@ -428,11 +428,14 @@ class FencedPublishOperatorBase(BaseOperator):
         return self._lineage(outcome.input_ref, outcome.output_ref, outcome.delta_versions)
 
 
-def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any) -> None:
+def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any, output_tables: Any = None) -> None:
     """Refuse at parse time a scope that can never work; templated values are checked when rendered.
 
-    :raises InvalidInputError: for an unknown mode, the scoped mode without output prefixes, or
-        literal prefixes that nest, overlap or are not object paths.
+    Declared Delta tables join the write set in the try (``PublishRequest.validated``), so the scoped
+    mode with tables only is accepted here.
+
+    :raises InvalidInputError: for an unknown mode, the scoped mode without output prefixes or tables,
+        or literal prefixes that nest, overlap or are not object paths.
     """
 
     def templated(value: Any) -> bool:
@@ -446,8 +449,10 @@ def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any) ->
 
     if fence_scope not in tuple(ScopeMode):
         raise InvalidInputError(f"fence_scope must be 'branch' or 'prefixes', got {fence_scope!r}")
-    if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
+    if fence_scope == ScopeMode.PREFIXES and not output_prefixes and not output_tables:
         parse_scope(output_prefixes, input_prefixes, fence_scope)  # raises: the write set is missing
     if templated(output_prefixes) or templated(input_prefixes):
         return
+    if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
+        return  # the write set is the declared tables' roots, joined and checked in the try
     parse_scope(output_prefixes, input_prefixes, fence_scope)

@@ -228,3 +228,72 @@ def test_replace_elsewhere_and_upsert_are_fine(mode: str, prefixes: list[str] | 
 def test_undeclared_tables_are_found_under_a_prefix() -> None:
     paths = [v(0), data("a"), "tables/other/file.csv", "_delta_log/00000000000000000000.json", "a/b/_delta_log/x"]
     assert find_table_roots(paths) == {ROOT, "", "a/b/"}
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "write", "declared"),
+    [
+        (None, ("tables/a/", "tables/b/"), ()),
+        (["reports/"], ("reports/", "tables/a/", "tables/b/"), ("reports/",)),
+        # A declared prefix containing a table covers it (upsert: file-level replace there is refused).
+        (["tables/"], ("tables/",), ("tables/",)),
+    ],
+)
+def test_the_scoped_fence_s_write_set_holds_the_table_roots(
+    prefixes: list[str] | None, write: tuple[str, ...], declared: tuple[str, ...]
+) -> None:
+    from airflow_lakefence.core.request import PublishRequest
+
+    request = PublishRequest(
+        repository="repo",
+        target_branch="main",
+        input_ref="main",
+        write_mode="direct",
+        output_prefixes=prefixes,
+        output_mode="upsert",
+        fence_scope="prefixes",
+        output_tables=["tables/a", DeltaTableOutput("tables/b")],
+    ).validated()
+    assert request.scope is not None and request.scope.write == write
+    # File-level output rules still see the declared prefixes only, never a table root.
+    assert request.prefixes == declared
+
+
+def test_the_branch_wide_fence_keeps_its_prefixes_and_no_scope() -> None:
+    from airflow_lakefence.core.request import PublishRequest
+
+    request = PublishRequest(
+        repository="repo",
+        target_branch="main",
+        input_ref="main",
+        write_mode="direct",
+        output_prefixes=["reports/"],
+        output_tables=["tables/a"],
+    ).validated()
+    assert request.scope is None and request.prefixes == ("reports/",)
+
+
+def test_the_operator_accepts_a_scoped_task_whose_write_set_is_its_tables() -> None:
+    from airflow_lakefence.operators import FencedPythonPublishOperator
+
+    task = FencedPythonPublishOperator(
+        task_id="t",
+        python_callable=lambda: None,
+        repository="repo",
+        target_branch="main",
+        input_ref="main",
+        write_mode="direct",
+        fence_scope="prefixes",
+        output_tables=["tables/a"],
+    )
+    assert task.fence_scope == "prefixes"
+    with pytest.raises(InvalidInputError, match="needs output_prefixes"):
+        FencedPythonPublishOperator(
+            task_id="u",
+            python_callable=lambda: None,
+            repository="repo",
+            target_branch="main",
+            input_ref="main",
+            write_mode="direct",
+            fence_scope="prefixes",
+        )

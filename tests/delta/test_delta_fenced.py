@@ -1,9 +1,12 @@
-"""The fenced Spark operator publishing a Delta table: real Airflow (``dag.test()``), real lakeFS, real
-PySpark in local mode writing through the S3 gateway with Delta's jar from Maven.
+"""A Delta table published through the fenced operators: real Airflow (``dag.test()``), real lakeFS,
+real PySpark in local mode writing through the S3 gateway with Delta's jar from Maven.
 
-Each fenced try is a ``spark-submit`` of the example's job (dags_examples/jobs/delta_events.py);
-the test process reads the published table back with plain ``spark.read.format("delta")`` at the
-published commit (one SparkSession for the tier, tests/delta/conftest.py).
+Most scenarios run the example's write (``write_day`` of dags_examples/jobs/delta_events.py)
+through ``FencedPythonPublishOperator`` on the tier's one SparkSession (tests/delta/conftest.py):
+one JVM for every try, the same engine and checks around it. The retry after a death runs
+``FencedSparkPublishOperator``: each try a ``spark-submit`` of the example's job with
+``--packages``. The test process reads every published table back with plain
+``spark.read.format("delta")`` at the published commit.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -21,10 +25,11 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.delta import delta_package
 from airflow_lakefence.exceptions import DeltaOutputModeError, PublishFenceError
 from airflow_lakefence.spark import configure_s3a
 from tests.conftest import DAGS_FOLDER, TIER_FIGURES_PROPERTY
-from tests.integration.helpers import die_after_publishing, staging_branches, xcoms
+from tests.integration.helpers import die_after_publishing, read_text, staging_branches, xcoms
 
 pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
 
@@ -51,7 +56,10 @@ def _figures_and_failpoints(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         failpoints.disarm_all()
         FIGURES[f"{request.node.name} s"] = time.monotonic() - started
-        request.node.user_properties.append((f"{TIER_FIGURES_PROPERTY}delta operator tier", json.dumps(FIGURES)))
+        if "delta_spark" in request.fixturenames:
+            spark = request.getfixturevalue("delta_spark")
+            FIGURES["SparkSession start (with Ivy resolution) s"] = spark.lakefence_start_seconds
+        request.node.user_properties.append((f"{TIER_FIGURES_PROPERTY}delta tier", json.dumps(FIGURES)))
 
 
 def table_at(spark: Any, repo: lakefs.Repository, ref: str, **options: str) -> Any:
@@ -102,16 +110,8 @@ def asset_extras(uri: str) -> list[dict[str, Any]]:
         return [dict(r.extra) for r in rows.filter(AssetModel.uri == uri).order_by(AssetEvent.id)]
 
 
-def test_the_example_dag_appends_days_and_reruns_a_past_day_three_times(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """dags_examples/example_delta_events.py: create, append, three re-runs of one day → one version each."""
-    from airflow.models.pool import Pool
-
-    repo = lakefs_repo
-    monkeypatch.setenv("LAKEFENCE_EXAMPLE_REPOSITORY", repo.id)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    Pool.create_or_update_pool(f"lakefs_{repo.id}_main", slots=1, description="one writer", include_deferred=False)
+def test_the_example_dag_is_the_spark_operator_the_docs_show() -> None:
+    """dags_examples/example_delta_events.py parses into the documented Delta task (no try: tests below run it)."""
     spec = importlib.util.spec_from_file_location(
         "lakefence_example_delta", DAGS_FOLDER / "examples" / "example_delta_events.py"
     )
@@ -120,17 +120,43 @@ def test_the_example_dag_appends_days_and_reruns_a_past_day_three_times(
     spec.loader.exec_module(example)
     task = example.dag.get_task("events")
     assert task.write_mode == "direct" and task.s3a and [t.root for t in task.output_tables] == [TABLE.root]
+    assert delta_package() in task.packages and task.application.endswith("jobs/delta_events.py")
 
-    def run(day: str, tag: str, rerun: bool = False) -> dict[str, Any]:
-        dr = example.dag.test(logical_date=None, run_conf={"day": day, "rerun": rerun, "rows": ROWS, "tag": tag})
-        assert dr.state == "success"
-        values = xcoms(dr, "events")
+
+def run_py(dag: Any, repo: lakefs.Repository, input_ref: str, day: str, tag: str, **conf: Any) -> dict[str, Any]:
+    """One run of a Python-adapter DAG (the example's write through the tier's SparkSession); its XComs."""
+    conf = {"repository": repo.id, "input_ref": input_ref, "day": day, "rows": ROWS, "tag": tag, **conf}
+    dr = dag.test(run_conf=conf)
+    assert dr.state == "success", dr.state
+    return xcoms(dr, "events")
+
+
+@pytest.fixture
+def story_repo(gateway_lakefs: Any, lakefs_client: Any, delta_dags: Any) -> Iterator[lakefs.Repository]:
+    """The repository the story DAG's outlet names (a fixed name), created for the test and deleted after."""
+    name = delta_dags.STORY_REPOSITORY
+    namespace = f"{gateway_lakefs.storage_namespace.rstrip('/')}/{name}-{uuid.uuid4().hex[:8]}"
+    repo = lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace, default_branch="main")
+    yield repo
+    repo.delete()
+
+
+def test_first_publish_a_daily_append_and_three_reruns_of_a_past_day(
+    delta_spark: Any, gateway_lakefs: Any, story_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    """Create, append (its write repeated inside the try), three re-runs of one day: one Delta version each."""
+    repo, dag = story_repo, delta_dags.py_story_dag
+
+    def run(day: str, tag: str, **conf: Any) -> dict[str, Any]:
+        values = run_py(dag, repo, repo.branch("main").get_commit().id, day, tag, **conf)
         assert values["output_ref"] == repo.branch("main").get_commit().id
         return values
 
     created = run(D1, "first")
     assert created["decision"] == "merge" and created["delta_versions"] == {"tables/events/": 0}
-    appended = run(D2, "first")
+    # The append's write runs twice in the try (a driver re-run): Delta's per-attempt txn options
+    # make the second a no-op, so the try stages one version.
+    appended = run(D2, "first", repeat=2)
     assert appended["delta_versions"] == {"tables/events/": 1}
     reruns = [run(D1, f"rerun {n}", rerun=True) for n in (1, 2, 3)]
     assert [r["delta_versions"] for r in reruns] == [{"tables/events/": v} for v in (2, 3, 4)]
@@ -141,12 +167,22 @@ def test_the_example_dag_appends_days_and_reruns_a_past_day_three_times(
     final = reruns[-1]["output_ref"]
     # A plain Delta reader at the published commit: the re-run day's rows exactly once (the last
     # re-run's), the other day untouched; the log contiguous.
-    assert counts(table_at(spark, repo, final)) == Counter({(D1, "rerun 3"): ROWS, (D2, "first"): ROWS})
+    assert counts(table_at(spark, repo, final)) == Counter(
+        {(D1, "run rerun 3 try 1"): ROWS, (D2, "run first try 1"): ROWS}
+    )
     assert log_versions(repo, final) == [0, 1, 2, 3, 4]
-    # Time travel inside the published commit, and each earlier publication's own commit, agree.
-    assert counts(table_at(spark, repo, final, versionAsOf="1")) == Counter({(D1, "first"): ROWS, (D2, "first"): ROWS})
-    assert counts(table_at(spark, repo, reruns[0]["output_ref"])) == counts(
-        table_at(spark, repo, final, versionAsOf="2")
+    # Delta's checkpoints (every 2 versions in this tier) and its _last_checkpoint rewrites passed the check.
+    names = {o.path.rsplit("/", 1)[1] for o in repo.ref(final).objects(prefix=TABLE.log_prefix)}
+    assert {f"{2:020d}.checkpoint.parquet", f"{4:020d}.checkpoint.parquet", "_last_checkpoint"} <= names, names
+    # The repeated append left one txn record: the attempt's app id, at txnVersion 0.
+    log1 = read_text(repo, final, f"{TABLE.log_prefix}{1:020d}.json")
+    txn = [json.loads(line)["txn"] for line in log1.splitlines() if '"txn"' in line]
+    assert [(t["appId"].startswith(f"lakefence-{appended['staging_branch']}-"), t["version"]) for t in txn] == [
+        (True, 0)
+    ], txn
+    # Time travel inside the published commit: version 1 is the appended day, the re-run day's first rows.
+    assert counts(table_at(spark, repo, final, versionAsOf="1")) == Counter(
+        {(D1, "run first try 1"): ROWS, (D2, "run first try 1"): ROWS}
     )
     # The table's asset events name the commit and the Delta version.
     extras = asset_extras(f"lakefs://{repo.id}/main/{TABLE.root}")
@@ -196,9 +232,9 @@ def test_a_foreign_delta_commit_during_the_job_fails_closed_and_keeps_the_eviden
 
     failpoints.arm("after_job", foreign_writer)
     conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "ours"}
-    dr = delta_dags.events_once_dag.test(run_conf=conf)
+    dr = delta_dags.py_events_dag.test(run_conf=conf)
     assert dr.state == "failed"
-    error = delta_dags.FAILURES[("lf_delta_events_once", 1)]
+    error = delta_dags.FAILURES[("lf_delta_py_events", 1)]
     assert isinstance(error, PublishFenceError), error
     # Fail closed: main holds the foreign version 1 only, our staged version 1 is kept as evidence.
     head = repo.branch("main").get_commit().id
@@ -236,3 +272,61 @@ def test_replace_declared_on_a_table_root_is_refused_before_the_job(
     assert "delete every object there the job did not write" in str(error)
     assert lakefs_repo.branch("main").get_commit().id == head and staging_branches(lakefs_repo) == []
     assert xcoms(dr, "events").get("staging_branch") is None  # no staging branch was ever created
+
+
+@pytest.mark.scoped
+def test_scoped_writers_of_two_tables_on_one_branch_both_publish(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    """fence_scope="prefixes": each table root is its writer's write set; disjoint tables both land.
+
+    Both runs take the same input commit, so the second publishes onto a HEAD the first moved
+    during its job, as two DAGs running side by side do.
+    """
+    repo, dag = lakefs_repo, delta_dags.py_scoped_dag
+    base = repo.branch("main").get_commit().id
+    one = run_py(dag, repo, base, D1, "a", table="tables/a")
+    two = run_py(dag, repo, base, D2, "b", table="tables/b")
+    assert (one["decision"], two["decision"]) == ("merge", "merge")
+    assert one["delta_versions"] == {"tables/a/": 0} and two["delta_versions"] == {"tables/b/": 0}
+    head = repo.branch("main").get_commit()
+    assert two["output_ref"] == head.id and head.parents[0] == one["output_ref"]  # merged onto the moved HEAD
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    got = {
+        t: counts(spark.read.format("delta").load(f"s3a://{repo.id}/{head.id}/{t}"))
+        for t in ("tables/a", "tables/b")
+    }
+    assert got == {"tables/a": Counter({(D1, "run a try 1"): ROWS}), "tables/b": Counter({(D2, "run b try 1"): ROWS})}
+    assert staging_branches(repo) == []
+
+
+@pytest.mark.scoped
+def test_scoped_writers_of_one_table_exactly_one_lands_the_other_fails_closed(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+) -> None:
+    """Both stage version 1 of one table from one input: the first lands, the second fails closed naming it."""
+    repo = lakefs_repo
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    input_commit = seed_table(spark, repo)
+    dag = delta_dags.py_scoped_dag
+    first = run_py(dag, repo, input_commit, D3, "first", table=TABLE.root)
+    assert first["decision"] == "merge" and first["delta_versions"] == {"tables/events/": 1}
+    conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "second",
+            "table": TABLE.root}  # fmt: skip
+    dr = dag.test(run_conf=conf)
+    assert dr.state == "failed"
+    error = delta_dags.FAILURES[("lf_delta_py_scoped", 1)]
+    assert isinstance(error, PublishFenceError), error
+    message = str(error)
+    # Which writer lost and why: the path under the table root, the commit that changed it, what to do.
+    assert f"under the write prefix '{TABLE.prefix}' was changed" in message, message
+    assert first["output_ref"] in message and "Nothing was published" in message, message
+    head = repo.branch("main").get_commit().id
+    assert head == first["output_ref"] and log_versions(repo, head) == [0, 1]
+    assert counts(table_at(spark, repo, head)) == Counter(
+        {(D1, "seed"): ROWS, (D2, "seed"): ROWS, (D3, "run first try 1"): ROWS}
+    )
+    # The loser's staged version 1 is kept as evidence.
+    assert staging_branches(repo) == [error.staging_branch]
+    evidence = repo.branch(error.staging_branch).get_commit().id
+    assert counts(table_at(spark, repo, evidence)).get((D3, "run second try 1")) == ROWS
