@@ -45,6 +45,7 @@ __all__ = [
     "decide_own_history",
     "describe_conflict",
     "parse_scope",
+    "rendered_at_run_time",
     "scoped_revert_metadata",
     "verify_after_merge",
 ]
@@ -145,6 +146,22 @@ def _normalise_set(values: Sequence[str] | None, what: str) -> tuple[str, ...]:
                     "(the outer one covers the inner)"
                 )
     return tuple(ordered)
+
+
+def rendered_at_run_time(value: object) -> bool:
+    """Whether a declared prefix set is only known at run time, so that checking it waits for the try.
+
+    :param value: what the DAG author passed: ``None``, a string, a list of strings, or anything else
+        (an XComArg, a value resolved at run time).
+    :returns: ``True`` for a Jinja string, a list holding one or a non-string, or any other object.
+    """
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, (list, tuple)):
+        return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+    return True
 
 
 def parse_scope(

@@ -30,7 +30,7 @@ from airflow_lakefence.core.engine import (
 )
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope
+from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope, rendered_at_run_time
 from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
@@ -438,20 +438,11 @@ def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any, ou
         or literal prefixes that nest, overlap or are not object paths.
     """
 
-    def templated(value: Any) -> bool:
-        if value is None:
-            return False
-        if isinstance(value, str):
-            return "{{" in value or "{%" in value
-        if isinstance(value, (list, tuple)):
-            return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
-        return True  # an XComArg or another value resolved at run time
-
     if fence_scope not in tuple(ScopeMode):
         raise InvalidInputError(f"fence_scope must be 'branch' or 'prefixes', got {fence_scope!r}")
     if fence_scope == ScopeMode.PREFIXES and not output_prefixes and not output_tables:
         parse_scope(output_prefixes, input_prefixes, fence_scope)  # raises: the write set is missing
-    if templated(output_prefixes) or templated(input_prefixes):
+    if rendered_at_run_time(output_prefixes) or rendered_at_run_time(input_prefixes):
         return
     if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
         return  # the write set is the declared tables' roots, joined and checked in the try

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow_lakefence.core.abandoned import CONDITIONS, DETECT, PublisherScope, condition_met
 from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.core.scope import ScopeMode, parse_scope
+from airflow_lakefence.core.scope import ScopeMode, parse_scope, rendered_at_run_time
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
 from airflow_lakefence.task_instances import TaskSdkView
@@ -100,7 +100,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
         self.staging_branch_prefix = staging_branch_prefix
         self.ignore_repairs_underway = ignore_repairs_underway
         self.output_prefixes = output_prefixes
-        if not _templated(output_prefixes):
+        if not rendered_at_run_time(output_prefixes):
             self._write_prefixes()
 
     def _write_prefixes(self) -> tuple[str, ...]:
@@ -151,14 +151,3 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
             poke_interval=float(self.poke_interval),
             deadline=deadline,
         )
-
-
-def _templated(value: Any) -> bool:
-    """Whether ``value`` is rendered at run time (a Jinja string, or anything but a list of strings)."""
-    if value is None:
-        return False
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, (list, tuple)):
-        return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
-    return True
