@@ -16,7 +16,7 @@ dates at once. While it runs the test injects, in this order:
 
 Then, on lakeFS: every date's partition holds exactly its final try's file, each date has exactly one
 live publication (its final try's) and every earlier publication of a date was reverted by that
-date's own replacement, nothing else is in the history, and no staging branch is left. From the jobs'
+date's own replacement, nothing else is in the history, and no staging branch is left. From the
 tries' start and end times in the metadata DB: at least four dates' tries ran at once.
 """
 
