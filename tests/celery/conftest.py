@@ -1,8 +1,8 @@
 """Fixtures of the Celery tier: one real lakeFS and one Celery stack per session, figures in the summary.
 
 The stack (Redis, api-server, scheduler with CeleryExecutor, dag-processor, triggerer, two Celery
-workers) boots once; each scenario uses a DAG and target branches of its own
-(tests/dags/celery_dags.py). lakeFS is the tier's own real lakeFS
+workers) boots once for the tier's modules (package-scoped fixtures); each scenario uses a DAG and
+target branches of its own (tests/dags/celery_dags.py). lakeFS is the tier's own real lakeFS
 (:class:`airflow_lakefence.testing.real_lakefs.RealLakeFS`), not the session's shared one, because a
 scenario restarts it. The tier needs ``redis-server`` (Debian package) and the lakeFS binary (built
 from tests/real_lakefs); without them it is skipped, or fails when ``CI`` is set.
@@ -72,7 +72,7 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLakeFS]:
     """A real lakeFS of the tier's own (a scenario restarts it), with credentials made up for the session."""
     try:
@@ -111,7 +111,7 @@ def celery_executor_problem() -> str | None:
     return lines[-1] if lines else f"exit code {probe.returncode}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Iterator[CeleryStack]:
     """The stack with the tier's DAGs parsed, both workers answering, connections and pools created."""
     if redis_server_binary() is None:

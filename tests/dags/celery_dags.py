@@ -32,6 +32,7 @@ from airflow_lakefence.sensors import AbandonedPublicationSensor
 HERE = Path(__file__).resolve().parent
 FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
 JOB = str(HERE.parent / "scheduler" / "sched_job.py")
+PARTITION_JOB = str(HERE.parent / "celery" / "partition_job.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: How long a held try waits for the tier's "go" before going on by itself.
 HOLD_LIMIT_S = 600.0
@@ -43,6 +44,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "lf_cel_kill": ("lf-cel-kill", ["main"]),
     "lf_cel_backfill": ("lf-cel-backfill", ["main"]),
     "lf_cel_lakefs_restart": ("lf-cel-restart", ["before-merge", "after-merge"]),
+    "lf_cel_scoped_backfill": ("lf-cel-scoped", ["main"]),
 }
 #: The failpoint each target of lf_cel_lakefs_restart holds at: before the merge is sent, after it landed.
 RESTART_POINTS = {"before-merge": "after_publish_read", "after-merge": "after_publish_action"}
@@ -56,6 +58,44 @@ def pool_name(repository: str, target: str) -> str:
 def held_name(task_id: str, try_number: int, point: str) -> str:
     """The file name a held try drops (``.held``) and waits for (``.go``), without the suffix."""
     return f"{task_id}.t{try_number}.{point}"
+
+
+def date_hold_name(day: str, point: str) -> str:
+    """The stem of the files of a scoped backfill's date held at ``point`` (see :func:`_hold_date_at_failpoint`)."""
+    return f"publish@{day}.{point}"
+
+
+def _hold_date_at_failpoint(context: Any) -> None:
+    """``pre_execute`` of the scoped backfill: hold *any* try of a date at a failpoint until released.
+
+    ``dag_run.conf["hold_dates"]`` is ``{date: point}`` (one conf serves every run of a backfill).
+    A try reaching the point drops ``<stem>.t<try>.held`` and waits until ``<stem>.go`` exists
+    (:func:`date_hold_name`); once released, later tries of that date pass at once. Any try: which
+    try gets there first depends on the other faults the test injects.
+    """
+    ti = context["ti"]
+    conf = context["dag_run"].conf or {}
+    point = conf.get("hold_dates", {}).get(context["ds"])
+    if not point:
+        return
+    signal_dir = Path(conf["job"]["signal_dir"])
+    stem = date_hold_name(context["ds"], point)
+    hits = {"n": 0}
+
+    def held() -> None:
+        hits["n"] += 1
+        go = signal_dir / f"{stem}.go"
+        if hits["n"] > 1 or go.exists():
+            return
+        payload = {"pid": os.getpid(), "worker": os.environ.get("LAKEFENCE_CELERY_WORKER"), "try": ti.try_number}
+        tmp = signal_dir / f"{stem}.t{ti.try_number}.tmp"
+        tmp.write_text(json.dumps({**payload, "time": time.time()}))
+        tmp.replace(signal_dir / f"{stem}.t{ti.try_number}.held")
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    failpoints.arm(point, held)
 
 
 def _hold_at_failpoint(context: Any) -> None:
@@ -182,3 +222,30 @@ with _dag("lf_cel_lakefs_restart"):
         _resolve = LakeFSResolveRefOperator(task_id=f"resolve_{_name}", repository=_repo, ref=_target)
         # Retries with a short delay: a try that meets the stopped lakeFS fails, a later one publishes.
         _publish(f"publish_{_name}", _repo, _target, _resolve.output, retries=3, retry_delay=timedelta(seconds=3))
+
+# 7. A scoped backfill: every date publishes its own partition of one table into main, no pool and
+# no depends_on_past, so several dates run and publish at once (docs/howto/many-writers.md). The
+# input is the target itself, resolved and pinned by each date's first try.
+_repo, (_target,) = TARGETS["lf_cel_scoped_backfill"]
+#: How many dates the scoped backfill covers, from START.
+SCOPED_DAYS = 16
+with _dag("lf_cel_scoped_backfill", schedule="@daily", end_date=START.add(days=SCOPED_DAYS - 1)):
+    FencedSparkPublishOperator(
+        task_id="publish",
+        conn_id="spark_local",
+        application=PARTITION_JOB,
+        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}", "date={{ ds }}"],
+        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
+        repository=_repo,
+        target_branch=_target,
+        input_ref=_target,
+        write_mode="workspace",
+        fence_scope="prefixes",
+        output_prefixes=["tables/daily/date={{ ds }}/"],
+        commit_message="publish {{ ds }} {{ run_id }}",
+        commit_metadata={"logical_date": "{{ ds }}"},
+        # A try that meets the restarted lakeFS or the dead worker fails; a later one publishes.
+        retries=4,
+        retry_delay=timedelta(seconds=3),
+        pre_execute=_hold_date_at_failpoint,
+    )
