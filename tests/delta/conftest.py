@@ -17,6 +17,9 @@ import pytest
 
 from tests.conftest import DAGS_FOLDER, load_dag_module
 
+# The standalone cluster of the Spark tier (a master and a worker from PySpark's launch classes).
+from tests.spark.conftest import spark_cluster, spark_cluster_conn  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 if not (DAGS_FOLDER / "deltadags").exists():
     (DAGS_FOLDER / "deltadags").symlink_to(HERE / "dags")

@@ -330,3 +330,28 @@ def test_scoped_writers_of_one_table_exactly_one_lands_the_other_fails_closed(
     assert staging_branches(repo) == [error.staging_branch]
     evidence = repo.branch(error.staging_branch).get_commit().id
     assert counts(table_at(spark, repo, evidence)).get((D3, "run second try 1")) == ROWS
+
+
+@pytest.mark.spark_cluster
+def test_a_delta_append_through_the_standalone_cluster(
+    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any, spark_cluster_conn: Any
+) -> None:
+    """The example's job submitted to a standalone master: the executors write the data files through
+    the gateway with the credentials the job hands out, the driver commits the Delta log; one version."""
+    repo = lakefs_repo
+    spark = reader(delta_spark, gateway_lakefs, repo)
+    input_commit = seed_table(spark, repo)
+    conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "cluster"}
+    dr = delta_dags.events_cluster_dag.test(run_conf=conf)
+    assert dr.state == "success", delta_dags.FAILURES
+    values = xcoms(dr, "events")
+    head = repo.branch("main").get_commit()
+    assert values["decision"] == "merge" and values["output_ref"] == head.id
+    assert values["delta_versions"] == {"tables/events/": 1}
+    assert log_versions(repo, head.id) == [0, 1]
+    got = counts(table_at(spark, repo, head.id))
+    assert got == Counter({(D1, "seed"): ROWS, (D2, "seed"): ROWS, (D3, "run cluster try 1"): ROWS}), got
+    # The executors ran in the worker's JVMs, which never saw the secret.
+    daemons = spark_cluster_conn.daemon_text()
+    assert "CoarseGrainedExecutorBackend" in daemons and gateway_lakefs.secret_access_key not in daemons
+    assert staging_branches(repo) == []

@@ -11,8 +11,8 @@ Two adapters run the same job code (``write_day`` of dags_examples/jobs/delta_ev
 
 dag_run.conf keys: repository, input_ref, day, rerun, rows, tag, repeat (how many times the
 function repeats its write inside the try), table (the table root of the scoped DAG), prefix (the
-templated output prefix of ``lf_delta_replace_templated``). The Spark connection ``spark_local`` is
-``local[2]`` (tests/conftest.py).
+templated output prefix of ``lf_delta_replace_templated``). The Spark connections: ``spark_local`` is
+``local[2]`` (tests/conftest.py), ``spark_cluster`` a standalone master and worker (tests/spark/conftest.py).
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ def _dag(dag_id: str, retries: int = 0) -> DAG:
     )
 
 
-def _events(**kwargs: Any) -> FencedSparkPublishOperator:
+def _events(conn_id: str = "spark_local", **kwargs: Any) -> FencedSparkPublishOperator:
     return FencedSparkPublishOperator(
         task_id="events",
-        conn_id="spark_local",
+        conn_id=conn_id,
         application=JOB,
         s3a=True,
         packages=delta_package(),
@@ -92,6 +92,10 @@ with _dag("lf_delta_events", retries=1) as events_dag:
 
 with _dag("lf_delta_events_once") as events_once_dag:
     _events(output_tables=[EVENTS])
+
+with _dag("lf_delta_events_cluster") as events_cluster_dag:
+    # The standalone cluster's executors write the data files; the driver commits the Delta log.
+    _events("spark_cluster", output_tables=[EVENTS])
 
 with _dag("lf_delta_replace_templated") as replace_templated_dag:
     # The prefix is known only at run time: refused in the try, before any write.
