@@ -239,6 +239,7 @@ class Generator:
         self.tags: list[str] = []
         self.poisoned: set[str] = set()
         self.deleted: set[str] = set()
+        self.commits_drawn = 0
 
     # --- choices ------------------------------------------------------------------------
 
@@ -336,6 +337,13 @@ class Generator:
             body["allow_empty"] = True
         if self.maybe(0.15):
             body["date"] = self.pick([1_600_000_000 + self.rng.randrange(1000), 0, -5, 2**62, 2**63, 1.5])
+        else:
+            # A commit's id hashes its creation second: two commits of the same content (parents,
+            # tree, message) get one id within a second and two across a tick, on both servers,
+            # so which one a server sees depends on the wall clock. A distinct message keeps the
+            # answer a function of the seed; pinned dates still exercise identical commits.
+            self.commits_drawn += 1
+            body["message"] += f" #{self.commits_drawn}"
         params: dict[str, Any] = {}
         if self.maybe(0.05):
             # The tree of an existing commit: lakeFS does not check the id, and a commit of an
