@@ -489,6 +489,8 @@ class LakeFSClient(ObjectsMixin):
         prefixes: Sequence[str] = (),
         amount: int,
         limit: bool = True,
+        first_parent: bool = False,
+        stop_at: str | None = None,
     ) -> list[CommitInfo]:
         """The newest commits reachable from ``ref`` that changed one of ``objects`` or a path under ``prefixes``.
 
@@ -502,6 +504,8 @@ class LakeFSClient(ObjectsMixin):
         :param prefixes: path prefixes.
         :param amount: the most commits to return (1 to 1000).
         :param limit: stop at ``amount`` (one call); ``False`` is not supported here.
+        :param first_parent: follow only first parents (a branch's own line: its merges, not what they merged).
+        :param stop_at: stop at this commit (inclusive), ``None`` for no bound.
         :raises ValueError: for an ``amount`` outside 1..1000, or ``limit=False``.
         :raises LakeFSError: on failure.
         """
@@ -519,6 +523,8 @@ class LakeFSClient(ObjectsMixin):
                 objects=list(objects) or None,
                 prefixes=list(prefixes) or None,
                 limit=True,
+                first_parent=first_parent or None,
+                stop_at=stop_at or None,
                 _request_timeout=self._timeout,
             ),
             idempotent=True,

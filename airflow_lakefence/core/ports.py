@@ -137,10 +137,13 @@ class LakeFSPort(Protocol):
         prefixes: Sequence[str] = (),
         amount: int,
         limit: bool = True,
+        first_parent: bool = False,
+        stop_at: str | None = None,
     ) -> list[CommitInfo]:
         """The newest commits reachable from ``ref`` that changed one of ``objects`` or a path under
         ``prefixes`` (lakeFS's ``logCommits``; merge commits are not listed when filtering), newest
-        first, at most ``amount`` (one call with ``limit``)."""
+        first, at most ``amount`` (one call with ``limit``); with ``first_parent`` only the commits
+        of ``ref``'s own line (a branch's merges, not what they merged), down to ``stop_at`` (inclusive)."""
         ...
 
     def delete_objects(self, repository: str, branch: str, paths: Sequence[str]) -> int:

@@ -29,7 +29,7 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import temp_branch_name
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
+from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.core.ports import CommitInfo
 from airflow_lakefence.core.request import read_target_head
 from airflow_lakefence.core.scope import (
@@ -60,6 +60,16 @@ __all__ = ["ScopedPublish"]
 #: target's HEAD (proven in step 1), so comparing the two trees answers "what changed since the input"
 #: (what lakeFS's three-dot diff would say) without computing a merge base.
 SCAN_DIFF = "two_dot"
+
+#: How many commits of the target's own line (its merges) a lost merge answer looks through for the
+#: attempt's merge commit: the page lakeFS returns in one call, bounded by the input commit.
+OWN_MERGE_PAGE = 1000
+
+
+def _publishes(metadata: Mapping[str, str], attempt: AttemptId) -> bool:
+    """Whether a commit is ``attempt``'s publication (its ``publish`` record names the attempt)."""
+    record = decode_metadata(metadata)
+    return record is not None and record.role == ROLE_PUBLISH and record.attempt == attempt
 
 
 class ScopedPublish:
@@ -145,8 +155,9 @@ class ScopedPublish:
             touch = decision.touches[0]
             raise self._conflict(touch, own.culprit, input_commit, head.commit_id, staging, own.reason)
         if own.action is ScopedAction.IDEMPOTENT:
-            # A previous round's merge landed although its answer was lost: HEAD holds it.
-            return self._done(Action.IDEMPOTENT, own.reason, head.commit_id)
+            # A previous round's merge landed although its answer was lost: report that merge commit,
+            # wherever it stands now, so every later judgement ties this publication to this attempt.
+            return self._done(Action.IDEMPOTENT, own.reason, self._own_merge(attempt, head, input_commit))
         if own.action is ScopedAction.NOOP:
             return self._done(Action.NOOP, own.reason, input_commit)
         for ref, prefix in own.content_check:
@@ -158,6 +169,29 @@ class ScopedPublish:
         action = Action.REPLACE if own.action is ScopedAction.REPLACE else Action.RELOCATE
         output = self._replace(attempt, staging, input_commit, staged.id, record, head, own.unwind)
         return self._done(action, own.reason, output)
+
+    def _own_merge(self, attempt: AttemptId, head: HeadState, input_commit: str) -> str:
+        """The merge commit that published this attempt: HEAD (0 calls), or one ``log`` of the target's own
+        line down to the input (other writers' publications may have landed on top since).
+
+        Falls back to HEAD (which holds the publication) when lakeFS's page does not reach it.
+        """
+        if _publishes(head.metadata, attempt):
+            return head.commit_id
+        line = self.lakefs.log_commits(
+            self.repo, head.commit_id, amount=OWN_MERGE_PAGE, first_parent=True, stop_at=input_commit
+        )
+        mine = next((c.id for c in line if _publishes(c.metadata, attempt)), None)
+        if mine is None:
+            self.p.log.warning(
+                "This attempt's merge commit is not among the %d newest of %r down to the input: reporting "
+                "HEAD %s, which holds it",
+                OWN_MERGE_PAGE,
+                self.target,
+                head.commit_id,
+            )
+            return head.commit_id
+        return mine
 
     def _run(self, scan: ScopeScan, left: str, right: str) -> None:
         """Ask lakeFS the scan's questions: the first changed path of each fenced prefix (one call each)."""

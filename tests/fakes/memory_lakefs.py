@@ -311,11 +311,21 @@ class MemoryLakeFS:
         prefixes: Iterable[str] = (),
         amount: int,
         limit: bool = True,
+        first_parent: bool = False,
+        stop_at: str | None = None,
     ) -> list[CommitInfo]:
         self._count("log_commits")
         self._check_repo(repository)
         paths, under = tuple(objects), tuple(prefixes)
-        newest_first = sorted(self._ancestors(self._resolve(ref)), key=lambda c: self._order[c], reverse=True)
+        if first_parent:
+            line, current = [], self._resolve(ref)
+            while current:
+                line.append(current)
+                parents = self.commits[current].parents
+                current = parents[0] if parents and current != stop_at else ""
+            newest_first = line
+        else:
+            newest_first = sorted(self._ancestors(self._resolve(ref)), key=lambda c: self._order[c], reverse=True)
         found = []
         for commit_id in newest_first:
             commit = self.commits[commit_id]

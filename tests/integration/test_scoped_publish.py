@@ -311,8 +311,13 @@ def test_a_lost_merge_answer_with_others_on_top_is_idempotent(world: World) -> N
     port.before["merge"] = lambda: port.before.__setitem__("get_commit", others_publish)
     result = publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "part-0": "mine"}, [day(1)], port=port)
     head = world.head()
-    assert (result.decision, result.output_ref) == ("idempotent", head.id)
     assert head.id == other[0]
+    # The output is this attempt's own merge commit (the one whose second parent is its staged commit),
+    # below the other writer's commit: what the sensor ties the publication to.
+    assert (result.decision, result.output_ref) == ("idempotent", head.parents[0])
+    merged = world.port.inner.get_commit(world.repository, result.output_ref)
+    assert merged.parents[1] == result.staged_commit
+    assert decode_metadata(merged.metadata).attempt == AttemptId(key(1), 1, "ti-1")  # type: ignore[union-attr]
     assert port.calls["merge"] == 1  # never merged twice
     assert under(world, TABLE) == {day(1) + "part-0": "mine", day(2) + "part-0": "two"}
     assert world.branches() == []
@@ -530,8 +535,9 @@ SCOPED_PATH_CALLS = {
         "delete_branch": 2,
         "upload_tree": 0,
     },
-    # the lost merge, then the target read again, one diff, the write set's history
-    "idempotent": {**_ATTEMPT, "get_commit": 3, "merge": 1, "diff_refs": 1, "log_commits": 1, "delete_branch": 1},
+    # the lost merge, then the target read again, one diff, the write set's history, and (another
+    # writer's commit on top) the target's own line down to the input, for this attempt's merge commit
+    "idempotent": {**_ATTEMPT, "get_commit": 3, "merge": 1, "diff_refs": 1, "log_commits": 2, "delete_branch": 1},
 }
 
 

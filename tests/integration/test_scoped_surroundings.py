@@ -22,9 +22,10 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence import failpoints
 from airflow_lakefence.core.metadata import WRITE_SET_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
-from airflow_lakefence.exceptions import PublishFenceError
+from airflow_lakefence.exceptions import LakeFSUnavailableError, PublishFenceError
 from tests.conftest import DAGS_FOLDER, load_dag_module
 from tests.integration.helpers import commit_files, die_after_publishing, run_dag, xcoms
 from tests.integration.sensor_helpers import after, sensor_waits, waited_how
@@ -178,6 +179,38 @@ def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_
     gate, judged = sense(around.settled_dag, repo, 5, "lf_scoped_python")
     assert gate.state == "success"
     assert judged["verdict"] == "not_a_publication" and judged["head"] is None
+
+
+def test_a_lost_merge_answer_under_another_writer_is_settled_with_the_same_calls(
+    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    """The merge lands, its answer is lost, another writer publishes on top before the next round."""
+    repo, input_commit = seeded
+    landed: list[str] = []
+
+    def lose_the_answer() -> None:
+        if not landed:
+            landed.append(repo.branch("main").get_commit().id)
+            commit_files(repo, "main", {day(2) + "part-0": "other"}, "another writer on top")
+            raise LakeFSUnavailableError("connection reset after the merge ran", status=None, operation="merge")
+
+    failpoints.arm("after_publish_action", lose_the_answer)
+    run = run_dag(scoped_dags.python_dag, conf(repo, input_commit, 1))
+    failpoints.disarm_all()
+    assert run.state == "success" and len(landed) == 1
+    outcome = xcoms(run, "publish")
+    # The task reports its own merge commit, now below the other writer's commit, not the HEAD.
+    assert outcome["decision"] == "idempotent" and outcome["output_ref"] == landed[0]
+    head = repo.branch("main").get_commit()
+    assert head.parents[0] == landed[0] and repo.commit(landed[0]).get_commit().parents[1] == outcome["staged_commit"]
+
+    lakefs_controls.reset_counts()
+    gate, judged = sense(around.settled_dag, repo, 1, "lf_scoped_python")
+    assert lakefs_controls.counts() == {"logCommits": 1, "getCommit": 1}
+    assert gate.state == "success"
+    assert judged["verdict"] == "settled" and judged["head"] == outcome["staged_commit"]
+    assert judged["publication"] == judged["output_ref"] == landed[0]
+    assert not judged["retry_pending"] and not judged["replacement_running"]
 
 
 def test_the_deferred_detector_fires_when_a_settled_scoped_publication_is_abandoned_later(
