@@ -83,6 +83,7 @@ __all__ = [
     "PublishRaceError",
     "RealLakeFSError",
     "S3AConfigError",
+    "ScopeOverlapError",
     "SparkJobError",
     "StaleAttemptError",
     "WorkspaceError",
@@ -145,6 +146,16 @@ class PublishRaceError(PublishFenceError):
     """Verification after acting found that another writer raced the publish.
 
     The target branch is left as it is (never "fixed" silently) and the staging branch is kept.
+    """
+
+
+class ScopeOverlapError(PublishFenceError):
+    """Scoped mode: another writer's publication changed this publication's read or write set since its input.
+
+    One outcome whichever fence saw it: the soft fence's scan before the merge, lakeFS's hard fence
+    refusing the merge, or the soft fence's check after a merge that lost the race (the attempt then
+    took its own merge back with a revert commit before raising). Nothing of this attempt's output
+    stays on the target; the staging branch is kept as evidence.
     """
 
 

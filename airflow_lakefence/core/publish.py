@@ -57,6 +57,7 @@ from airflow_lakefence.exceptions import (
     MergeHookRejectedError,
     PublishFenceError,
     PublishRaceError,
+    ScopeOverlapError,
 )
 
 _ACTIONS_DIR = ACTION_PATH.split("/")[0] + "/"
@@ -332,6 +333,13 @@ class Publisher:
         except LakeFSHookRejectedError as exc:
             raise self._hook_rejection(exc, head, staging) from exc
         except LakeFSConflictError as exc:
+            if self.request.scope is not None:
+                # Only another writer's change to a path this publication changed conflicts: an overlap.
+                raise ScopeOverlapError(
+                    f"merge into {target!r} conflicted: another writer's publication changed a path under this "
+                    f"one's write set since its input. Nothing was published; staging branch {staging!r} kept.",
+                    staging_branch=staging,
+                ) from exc
             raise PublishRaceError(
                 f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
             ) from exc
@@ -405,7 +413,7 @@ class Publisher:
             text = f"{text}; nothing published, staging branch {staging!r} kept"
             if exc.version is not None and exc.version < SCOPED_VERSION:
                 return PublishFenceError(text, staging_branch=staging)  # an installation to upgrade, not a race
-            return HardFenceRaceError(text, staging_branch=staging)
+            return ScopeOverlapError(text, staging_branch=staging)  # the soft fence's outcome, prevented
         if isinstance(exc, LakeFSHardFenceRejectedError):
             return HardFenceRaceError(
                 f"lakeFS's hard fence refused the merge into {target!r}: it moved to {exc.found_head} since the "

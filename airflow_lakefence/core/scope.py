@@ -45,6 +45,7 @@ __all__ = [
     "decide_own_history",
     "describe_conflict",
     "parse_scope",
+    "race_revert_metadata",
     "rendered_at_run_time",
     "scoped_revert_metadata",
     "verify_after_merge",
@@ -53,6 +54,10 @@ __all__ = [
 #: The metadata key a scoped revert commit carries: the commit it reverts (with the reverting
 #: attempt's ``stage`` record, so that a later try recognises it as its key's own).
 SCOPED_REVERTS_KEY = "lakefence.scope_reverts"
+#: The metadata keys of the revert commit with which a scoped publication that lost a race takes its
+#: own merge back: the merge commit taken back, and the staged commit it had brought in.
+RACE_REVERT_KEY = "lakefence.race_revert"
+RACE_TAKEN_BACK_KEY = "lakefence.race_taken_back"
 #: How many commits touching the write set :func:`decide_own_history` wants to see (a ``log`` page).
 OWN_HISTORY_PAGE = 20
 
@@ -382,6 +387,39 @@ def scoped_revert_metadata(stage_metadata: Mapping[str, str], reverted: str) -> 
     return {**stage_metadata, SCOPED_REVERTS_KEY: reverted}
 
 
+def race_revert_metadata(merge: str, staged: str) -> dict[str, str]:
+    """The metadata of the revert commit that takes back a scoped merge which lost a race.
+
+    It carries no lakefence record (it publishes nothing): the merge taken back and the staged
+    commit that merge brought in, so that :func:`surviving` can leave both out.
+
+    :param merge: the merge commit taken back.
+    :param staged: the staged commit that merge brought in.
+    """
+    return {RACE_REVERT_KEY: merge, RACE_TAKEN_BACK_KEY: staged}
+
+
+def surviving(commits: Sequence[CommitInfo]) -> list[CommitInfo]:
+    """``commits`` without race take-backs: every race loser's revert and the staged commit it took back.
+
+    A scoped merge that lost a race is reverted by its own attempt; together the two commits changed
+    nothing, so whoever asks "which publication does the write set hold" (the fence deciding on its
+    own history, the sensor judging the latest publication) looks past them.
+
+    :param commits: commits that changed the write set, newest first (a ``log`` page).
+    """
+    taken_back = {c.metadata.get(RACE_TAKEN_BACK_KEY) for c in commits if RACE_REVERT_KEY in c.metadata}
+    return [c for c in commits if RACE_REVERT_KEY not in c.metadata and c.id not in taken_back]
+
+
+def is_race_revert(commit: CommitInfo) -> bool:
+    """Whether ``commit`` is a race loser's revert of its own merge (see :func:`surviving`).
+
+    :param commit: the commit.
+    """
+    return RACE_REVERT_KEY in commit.metadata
+
+
 @dataclass(frozen=True)
 class OwnHistoryDecision:
     """:func:`decide_own_history`'s answer.
@@ -430,7 +468,8 @@ def decide_own_history(
     :param changed: whether this try staged changes.
     """
     own: list[tuple[CommitInfo, AttemptId, bool]] = []
-    for commit in commits:
+    other: CommitInfo | None = None
+    for commit in surviving(commits):  # a race loser's merge and its revert changed nothing
         record = decode_metadata(commit.metadata)
         if (
             record is None
@@ -438,10 +477,11 @@ def decide_own_history(
             or record.attempt.key != attempt.key
             or record.input_ref != input_ref
         ):
+            other = commit
             break
         own.append((commit, record.attempt, SCOPED_REVERTS_KEY in commit.metadata))
     if not own:
-        culprit = commits[0] if commits else None
+        culprit = other
         return OwnHistoryDecision(
             ScopedAction.FAIL_CLOSED,
             "the write set changed since the input, and not by an earlier try of this key"

@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_lakefence import failpoints
+from airflow_lakefence.core.advice import WHAT_TO_DO
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState
+from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import temp_branch_name
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
@@ -40,15 +42,16 @@ from airflow_lakefence.core.scope import (
     Touch,
     decide_own_history,
     describe_conflict,
+    race_revert_metadata,
     scoped_revert_metadata,
     verify_after_merge,
 )
 from airflow_lakefence.exceptions import (
-    HardFenceRaceError,
     LakeFenceError,
     LakeFSConflictError,
     PublishFenceError,
     PublishRaceError,
+    ScopeOverlapError,
 )
 
 if TYPE_CHECKING:
@@ -104,15 +107,25 @@ class ScopedPublish:
             if answer_lost:
                 # The try may have been cleared while the answer was lost: never write for a stale try.
                 self.p.guard.check("before another publish round", staging)
+                landed = self._landed(attempt, input_commit)
+                if landed is not None:
+                    # The merge landed although its answer was lost: verify it as any merge, report it.
+                    if not self.p.hard_fence_intact:
+                        base = landed.metadata.get(EXPECTED_HEAD_KEY) or input_commit
+                        self._verify(landed, base, base, staged.id, staging)
+                    reason = "this attempt's merge landed although its answer was lost"
+                    return self._done(Action.IDEMPOTENT, reason, landed.id)
             if self.p.hard_fence and changed and not answer_lost:
                 # lakeFS checks the scope since the input inside the merge: no read before it.
                 try:
-                    output = self._merge(attempt, staging, staged.id, input_commit, record, probed=None)
+                    output = self._merge(
+                        attempt, staging, staged.id, input_commit, record, probed=None, staged=staged.id
+                    )
                     return self._done(Action.MERGE, "lakeFS's hard fence found the scope untouched", output)
-                except PublishRaceError as exc:
+                except PublishFenceError as exc:
                     # Refused by the fence (the scope changed since the input, e.g. an earlier try of
                     # this key published) or a conflict: nothing landed. Read and decide.
-                    if not isinstance(exc, HardFenceRaceError) and not isinstance(exc.__cause__, LakeFSConflictError):
+                    if not isinstance(exc, ScopeOverlapError) and not isinstance(exc.__cause__, LakeFSConflictError):
                         raise
                     self.p.log.info("%s: reading the target to decide again", exc)
             head = read_target_head(self.lakefs, self.p.request)
@@ -138,7 +151,9 @@ class ScopedPublish:
         decision = scan.decide(changed=changed)
         self.p.log.info("Scoped publish fence: %s (%s)", decision.action.value, decision.reason)
         if decision.action is ScopedAction.MERGE:
-            output = self._merge(attempt, staging, staged.id, input_commit, record, probed=head.commit_id)
+            output = self._merge(
+                attempt, staging, staged.id, input_commit, record, probed=head.commit_id, staged=staged.id
+            )
             return self._done(Action.MERGE, decision.reason, output)
         if decision.action is ScopedAction.NOOP:
             return self._done(Action.NOOP, decision.reason, input_commit)
@@ -155,9 +170,15 @@ class ScopedPublish:
             touch = decision.touches[0]
             raise self._conflict(touch, own.culprit, input_commit, head.commit_id, staging, own.reason)
         if own.action is ScopedAction.IDEMPOTENT:
-            # A previous round's merge landed although its answer was lost: report that merge commit,
-            # wherever it stands now, so every later judgement ties this publication to this attempt.
-            return self._done(Action.IDEMPOTENT, own.reason, self._own_merge(attempt, head, input_commit))
+            # Its merge landed although its answer was lost, further down than one page of the
+            # target's line (see _landed): HEAD holds it.
+            self.p.log.warning(
+                "This attempt's merge commit is not among the %d newest of %r: reporting HEAD %s, which holds it",
+                OWN_MERGE_PAGE,
+                self.target,
+                head.commit_id,
+            )
+            return self._done(Action.IDEMPOTENT, own.reason, head.commit_id)
         if own.action is ScopedAction.NOOP:
             return self._done(Action.NOOP, own.reason, input_commit)
         for ref, prefix in own.content_check:
@@ -170,28 +191,16 @@ class ScopedPublish:
         output = self._replace(attempt, staging, input_commit, staged.id, record, head, own.unwind)
         return self._done(action, own.reason, output)
 
-    def _own_merge(self, attempt: AttemptId, head: HeadState, input_commit: str) -> str:
-        """The merge commit that published this attempt: HEAD (0 calls), or one ``log`` of the target's own
-        line down to the input (other writers' publications may have landed on top since).
+    def _landed(self, attempt: AttemptId, input_commit: str) -> CommitInfo | None:
+        """This attempt's merge commit on the target, if a merge whose answer was lost landed (one ``log``).
 
-        Falls back to HEAD (which holds the publication) when lakeFS's page does not reach it.
+        The target's own line (first parents: its merges, not what they merged) down to the input:
+        the merge is found wherever it stands, other writers' publications on top of it or not.
         """
-        if _publishes(head.metadata, attempt):
-            return head.commit_id
         line = self.lakefs.log_commits(
-            self.repo, head.commit_id, amount=OWN_MERGE_PAGE, first_parent=True, stop_at=input_commit
+            self.repo, self.target, amount=OWN_MERGE_PAGE, first_parent=True, stop_at=input_commit
         )
-        mine = next((c.id for c in line if _publishes(c.metadata, attempt)), None)
-        if mine is None:
-            self.p.log.warning(
-                "This attempt's merge commit is not among the %d newest of %r down to the input: reporting "
-                "HEAD %s, which holds it",
-                OWN_MERGE_PAGE,
-                self.target,
-                head.commit_id,
-            )
-            return head.commit_id
-        return mine
+        return next((c for c in line if _publishes(c.metadata, attempt)), None)
 
     def _run(self, scan: ScopeScan, left: str, right: str) -> None:
         """Ask lakeFS the scan's questions: the first changed path of each fenced prefix (one call each)."""
@@ -212,7 +221,7 @@ class ScopedPublish:
         text = describe_conflict(touch, culprit, input_ref=input_commit, head=head, target=self.target)
         if why:
             text += f" ({why})"
-        return PublishFenceError(f"{text} Staging branch: {staging!r}.", staging_branch=staging)
+        return ScopeOverlapError(f"{text} Staging branch: {staging!r}.", staging_branch=staging)
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -225,21 +234,29 @@ class ScopedPublish:
         record: Mapping[str, str],
         *,
         probed: str | None,
+        staged: str,
     ) -> str:
         """Merge ``source`` into the target naming ``base`` and the scope (the hard fence's check); verify.
 
         :param probed: the HEAD the scan probed; ``None`` when nothing was probed (the hard fence's first send).
+        :param staged: the staged commit the merge brings in (named by a take-back).
         """
         metadata = {**record, **self.scope.merge_metadata(base)}
         merge_ref = self.p.send_merge(attempt, staging, source, metadata, HeadState(probed or base))
         failpoints.hit("after_publish_action")
         if not self.p.hard_fence_intact:
-            self._verify(merge_ref, base, probed or base, staging)
+            self._verify(self.lakefs.get_commit(self.repo, merge_ref), base, probed or base, staged, staging)
         return merge_ref
 
-    def _verify(self, merge_ref: str, base: str, probed: str, staging: str) -> None:
-        """Step 11: what lakeFS merged onto must leave the scope as probed (0 calls when it is the probed HEAD)."""
-        merged = self.lakefs.get_commit(self.repo, merge_ref)
+    def _verify(self, merged: CommitInfo, base: str, probed: str, staged: str, staging: str) -> None:
+        """Step 11: what lakeFS merged onto must leave the scope as probed (0 calls when it is the probed HEAD).
+
+        A merge computed on a HEAD where the scope changed since ``base`` lost a race: this attempt
+        takes it back before raising, so the target ends as if it had failed closed.
+
+        :raises ScopeOverlapError: the race was lost and the merge taken back.
+        :raises PublishRaceError: the race was lost and the merge could not be taken back.
+        """
         first = HeadState.of(merged).first_parent or ""
         again = verify_after_merge(self.scope, merge_first_parent=first, probed_head=probed, input_ref=base)
         if not again:
@@ -248,12 +265,46 @@ class ScopedPublish:
         self._run(scan, base, first)
         touches = scan.decide(changed=True).touches
         if touches:
-            raise PublishRaceError(
-                f"merge commit {merge_ref} was computed on {first}, not the probed HEAD {probed}, and "
-                f"{touches[0].path!r} inside the scope changed in between: another writer raced the publish; "
-                f"{self.target!r} left as is, staging branch {staging!r} kept",
+            raise self._take_back(merged, first, touches[0], base, staged, staging)
+
+    def _take_back(
+        self, merged: CommitInfo, first: str, touch: Touch, base: str, staged: str, staging: str
+    ) -> PublishFenceError:
+        """Revert a merge that lost a race in its scope (one ``log`` call and one ``revert``); the error to raise.
+
+        The revert commit undoes the merge against its first parent, on top of whatever the target
+        holds now (merges and reverts only: other writers' publications stay). It names the merge and
+        its staged commit (:func:`~airflow_lakefence.core.scope.race_revert_metadata`), so the fence
+        and the sensor look past both (:func:`~airflow_lakefence.core.scope.surviving`).
+        """
+        found = self.lakefs.log_commits(self.repo, first, objects=[touch.path], amount=1)
+        text = describe_conflict(touch, found[0] if found else None, input_ref=base, head=first, target=self.target)
+        metadata = race_revert_metadata(merged.id, staged)
+        own_line = 1 + list(merged.parents).index(first)
+        try:
+            self.lakefs.revert(
+                self.repo,
+                self.target,
+                merged.id,
+                parent_number=own_line,
+                message=f"lakefence: take back {merged.id}, which lost a publish race in its scope",
+                metadata=metadata,
+            )
+        except LakeFenceError as exc:
+            return PublishRaceError(
+                f"merge commit {merged.id} was computed on {first}, not the HEAD the fence probed, and "
+                f"{touch.path!r} inside the scope changed in between: another writer raced the publish. Taking "
+                f"the merge back failed ({exc}), so {self.target!r} may hold this attempt's output beside the other "
+                f"writer's; staging branch {staging!r} kept. {WHAT_TO_DO} revert it by hand (lakectl branch revert "
+                f"lakefs://{self.repo}/{self.target} {merged.id} --parent-number {own_line}), then clear the task.",
                 staging_branch=staging,
             )
+        self.p.log.warning("Merge %s lost a race in its scope: taken back by a revert commit", merged.id)
+        return ScopeOverlapError(
+            f"{text} This attempt's merge {merged.id} landed in that race (lakeFS computed it on {first}) and "
+            f"was taken back by a revert commit on {self.target!r}. Staging branch: {staging!r}.",
+            staging_branch=staging,
+        )
 
     def _replace(
         self,
@@ -287,7 +338,7 @@ class ScopedPublish:
                 )
             if staged != input_commit:
                 self.lakefs.merge(self.repo, staged, temp, self.p.request.message(ROLE_PUBLISH, attempt), {})
-            return self._merge(attempt, staging, temp, head.commit_id, record, probed=head.commit_id)
+            return self._merge(attempt, staging, temp, head.commit_id, record, probed=head.commit_id, staged=staged)
         finally:
             # Each round makes its own temporary branch: deleted every time (it holds nothing the target needs).
             try:

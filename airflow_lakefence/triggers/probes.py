@@ -23,9 +23,13 @@ from airflow_lakefence.core.abandoned import (
 )
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.naming import staging_branch_prefix
+from airflow_lakefence.core.scope import is_race_revert, surviving
 from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.task_instances import AirflowView, state_from_task_states
+
+#: How many commits under the write set the scoped probe reads when the newest is a race loser's revert.
+PAST_RACES = 20
 
 
 def probe_abandoned(
@@ -61,6 +65,10 @@ def probe_abandoned(
     try:
         if write_prefixes:
             found = client.log_commits(repository, branch, prefixes=write_prefixes, amount=1)
+            if found and is_race_revert(found[0]):
+                # A race loser took its merge back: the publication the write set holds lies further
+                # down (one more call, only then).
+                found = surviving(client.log_commits(repository, branch, prefixes=write_prefixes, amount=PAST_RACES))
             if not found:
                 return nothing_written(write_prefixes)
             commit = found[0]

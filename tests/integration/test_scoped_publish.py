@@ -9,6 +9,7 @@ asserted on the target's objects, its commits and the branches left behind.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,13 +22,16 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.core.run_state import MemoryRunState
+from airflow_lakefence.core.scope import RACE_REVERT_KEY, surviving
 from airflow_lakefence.exceptions import (
     InvalidInputError,
     PublishFenceError,
     PublishRaceError,
+    ScopeOverlapError,
 )
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.triggers.probes import probe_abandoned
 from tests.conftest import load_dag_module
 from tests.fakes.memory_lakefs import LossyPort
 from tests.integration.helpers import (
@@ -254,12 +258,92 @@ def test_overlapping_scopes_started_together_exactly_one_lands(http_world: LakeF
     landed = [n for n, r in enumerate(results) if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, BaseException)]
     assert len(landed) == 1, results
-    assert all(isinstance(r, PublishFenceError) for r in refused), refused
+    assert all(isinstance(r, ScopeOverlapError) for r in refused), refused
     [winner] = landed
     assert under(world, day(1)) == {day(1) + "part-0": f"writer {winner}"}
     # Every refused writer's staging branch is kept as evidence.
     kept = world.branches()
     assert sorted(r.staging_branch for r in refused) == sorted(kept)
+
+
+@pytest.mark.parametrize(
+    ("fence", "window"), [("soft", "released"), ("soft", "held"), ("hard", "released")], ids=lambda v: str(v)
+)
+def test_three_writers_of_one_partition_with_their_own_file_names_exactly_one_output_lands(
+    http_world: LakeFSWorld, fence: str, window: str
+) -> None:
+    """Three runs writing one date partition with per-run file names (Spark's part-<uuid>), so their
+    merges never conflict. ``released``: started together; ``held``: all three held after their scan
+    until each has scanned, so every one merges onto a HEAD it did not probe (the soft fence's
+    window, forced). Exactly one run's files end in the partition; the others fail closed with
+    ScopeOverlapError and keep their staging branches; the latest commit under the partition stands
+    for the winner (what the sensor judges)."""
+    world = http_world
+    base = fenced_input(world) if fence == "hard" else world.input
+    if window == "held":
+        scanned = threading.Barrier(3, timeout=60)
+        failpoints.arm("after_publish_read", scanned.wait)
+
+    def one(n: int) -> Callable[[], Any]:
+        def call() -> Any:
+            port = LossyPort(_adapter(world.server))  # type: ignore[attr-defined]
+            attempt = AttemptId(key(1, f"run{n}"), 1, f"ti-{n}")
+            files = {day(1) + f"part-{n}-a": f"run {n}", day(1) + f"part-{n}-b": f"run {n}"}
+            return publish(world, attempt, files, [day(1)], input_ref=base, port=port, hard_fence=_mode(fence))
+
+        return call
+
+    results = run_together([one(n) for n in range(3)])
+    failpoints.disarm_all()
+    landed = [n for n, r in enumerate(results) if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(landed) == 1, results
+    assert all(isinstance(r, ScopeOverlapError) for r in refused), refused
+    [winner] = landed
+    assert under(world, day(1)) == {
+        day(1) + f"part-{winner}-a": f"run {winner}",
+        day(1) + f"part-{winner}-b": f"run {winner}",
+    }
+    assert sorted(r.staging_branch for r in refused) == sorted(world.branches())
+    # What the sensor judges: the newest commit under the partition once race take-backs are left out.
+    latest = surviving(world.client.log_commits(world.repository, "main", prefixes=[day(1)], amount=20))[0]
+    record = decode_metadata(latest.metadata)
+    assert record is not None and record.attempt.key.task_id == f"run{winner}"
+    if window == "held":
+        assert all("taken back" in str(r) for r in refused), refused
+        # The sensor's probe (Airflow answering "the winner succeeded with its merge") judges the
+        # winner's publication settled: one more log call past the take-backs, only in this case.
+        winner_out = results[winner].output_ref
+        view = _WinnerView(f"run{winner}", winner_out)
+        judged = probe_abandoned(
+            world.client,
+            view,
+            repository=world.repository,
+            branch="main",
+            scope=None,
+            staging_prefix="lakefence",
+            write_prefixes=(day(1),),
+        )
+        assert (judged.verdict.value, judged.head, judged.publication) == ("settled", latest.id, winner_out)
+
+
+class _WinnerView:
+    """Airflow as the probe asks it: the winner's task instance succeeded with ``output_ref``."""
+
+    def __init__(self, task_id: str, output_ref: str) -> None:
+        self.task_id, self.ref = task_id, output_ref
+
+    def task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str] | None = None) -> Any:
+        return {run: {self.task_id: "success"} for run in run_ids or []}
+
+    def output_ref(self, key: PublicationKey) -> Any:
+        return self.ref
+
+    def supersedes(self, key: PublicationKey) -> Any:
+        return None
+
+    def evidence(self, key: PublicationKey) -> Any:
+        return None
 
 
 # -- crashes, lost answers, the read set -------------------------------------------------------
@@ -308,7 +392,7 @@ def test_a_lost_merge_answer_with_others_on_top_is_idempotent(world: World) -> N
 
     # The merge lands, its answer is lost; before the engine reads the target again, another writer lands.
     port.lose("merge", landed=True)
-    port.before["merge"] = lambda: port.before.__setitem__("get_commit", others_publish)
+    port.before["merge"] = lambda: port.before.__setitem__("log_commits", others_publish)
     result = publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "part-0": "mine"}, [day(1)], port=port)
     head = world.head()
     assert head.id == other[0]
@@ -330,7 +414,7 @@ def test_a_write_into_the_read_set_during_the_job_fails_closed_naming_the_commit
     def hand_fix() -> None:
         foreign.append(world.write("main", {DIMS + "v": "2"}, "hand fix of the dimension"))
 
-    with pytest.raises(PublishFenceError) as info:
+    with pytest.raises(ScopeOverlapError) as info:
         publish(
             world,
             AttemptId(key(1), 1, "ti-1"),
@@ -349,7 +433,7 @@ def test_a_write_into_the_read_set_during_the_job_fails_closed_naming_the_commit
 
 def test_a_write_by_another_key_into_the_write_set_fails_closed(world: World) -> None:
     foreign = world.write("main", {day(1) + "part-9": "someone"}, "someone else's fix")
-    with pytest.raises(PublishFenceError) as info:
+    with pytest.raises(ScopeOverlapError) as info:
         publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "part-0": "mine"}, [day(1)])
     assert foreign in str(info.value) and "write prefix" in str(info.value)
     assert world.head().id == foreign
@@ -367,7 +451,7 @@ def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(http_world
             world, AttemptId(key(1), 1, "ti-1"), {day(1) + "part-0": "mine"}, [day(1)], input_ref=v1, hard_fence="auto"
         )
     assert "version 1" in str(info.value) and hf.INSTALL_COMMAND in str(info.value)
-    assert not isinstance(info.value, PublishRaceError)
+    assert not isinstance(info.value, (PublishRaceError, ScopeOverlapError))  # an installation to upgrade
 
 
 # -- through the operators (dag.test(): real Airflow, real task execution) --------------------
@@ -535,9 +619,9 @@ SCOPED_PATH_CALLS = {
         "delete_branch": 2,
         "upload_tree": 0,
     },
-    # the lost merge, then the target read again, one diff, the write set's history, and (another
-    # writer's commit on top) the target's own line down to the input, for this attempt's merge commit
-    "idempotent": {**_ATTEMPT, "get_commit": 3, "merge": 1, "diff_refs": 1, "log_commits": 2, "delete_branch": 1},
+    # the lost merge, then the target's own line down to the input: this attempt's merge commit found
+    # below another writer's commit, built on the input (nothing to verify)
+    "idempotent": {**_ATTEMPT, "get_commit": 2, "merge": 1, "log_commits": 1, "delete_branch": 1},
 }
 
 
@@ -580,29 +664,33 @@ def test_the_calls_of_each_scoped_path() -> None:
     w = MemoryWorld()
     port = w.port
     port.lose("merge", landed=True)
-    port.before["merge"] = lambda: port.before.__setitem__("get_commit", lambda: w.write("main", {day(2) + "x": "o"}))
+    port.before["merge"] = lambda: port.before.__setitem__("log_commits", lambda: w.write("main", {day(2) + "x": "o"}))
     measured["idempotent"] = _calls(
         w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], port=port)
     )
     expected = {
-        path: ("PublishFenceError" if path.startswith("fail") else path, {k: v for k, v in calls.items() if v})
+        path: ("ScopeOverlapError" if path.startswith("fail") else path, {k: v for k, v in calls.items() if v})
         for path, calls in SCOPED_PATH_CALLS.items()
     }
     assert measured == expected
 
 
-def test_soft_fence_a_writer_slipping_into_the_scope_before_the_merge_is_detected_after_it(world: World) -> None:
+def test_soft_fence_a_writer_slipping_into_the_scope_before_the_merge_is_taken_back_after_it(world: World) -> None:
     """The soft fence's window: another writer's file lands in the partition between the scan and the
     merge (no conflict: another file name). lakeFS merges onto it; the verification sees the merge
-    computed on an unprobed HEAD, probes the scope again, and raises loudly with the evidence kept."""
+    computed on an unprobed HEAD, probes the scope again, takes its own merge back with a revert
+    commit and raises loudly with the evidence kept: the partition ends as if it had failed closed."""
     world.write("main", {day(2) + "x": "moved"}, "another partition")  # the target moved: a scan happens
     slipped: list[str] = []
     world.port.before["merge"] = lambda: slipped.append(world.write("main", {day(1) + "theirs": "t"}, "slipped in"))
-    with pytest.raises(PublishRaceError) as info:
+    with pytest.raises(ScopeOverlapError) as info:
         publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "mine": "m"}, [day(1)])
-    assert slipped[0] in str(info.value) and day(1) in str(info.value)
+    assert slipped[0] in str(info.value) and day(1) in str(info.value) and "taken back" in str(info.value)
     head = world.head()
-    assert head.parents[0] == slipped[0]  # it landed: detected, not prevented; never "fixed" silently
+    merge = world.port.inner.get_commit(world.repository, head.parents[0])
+    assert merge.parents[0] == slipped[0]  # it landed on the other writer's commit: detected after the merge
+    assert head.metadata[RACE_REVERT_KEY] == merge.id  # and taken back by a revert, merges and reverts only
+    assert under(world, TABLE) == {day(1) + "theirs": "t", day(2) + "x": "moved"}
     assert info.value.staging_branch in world.branches()
 
 
@@ -611,7 +699,7 @@ def test_hard_fence_a_writer_slipping_into_the_scope_before_the_merge_is_refused
     base = fenced_input(world)
     slipped: list[str] = []
     world.port.before["merge"] = lambda: slipped.append(world.write("main", {day(1) + "theirs": "t"}, "slipped in"))
-    with pytest.raises(PublishFenceError) as info:
+    with pytest.raises(ScopeOverlapError) as info:
         publish(
             world, AttemptId(key(1), 1, "ti-1"), {day(1) + "mine": "m"}, [day(1)], input_ref=base, hard_fence="require"
         )

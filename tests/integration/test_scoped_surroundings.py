@@ -139,7 +139,7 @@ def test_the_cleaner_names_the_write_set_of_a_scoped_evidence_branch(
     report = xcoms(cleaner, "clean")["return_value"]
     assert report["deleted"] == []
     (kept,) = report["kept"]
-    assert kept["branch"] == error.staging_branch and kept["evidence"] == "PublishFenceError"
+    assert kept["branch"] == error.staging_branch and kept["evidence"] == "ScopeOverlapError"
     assert kept["write_prefixes"] == [day(1)] and kept["run_id"] == run.run_id
 
 

@@ -31,6 +31,7 @@ import lakefs
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, decode_metadata
 from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.core.scope import RACE_REVERT_KEY
 from airflow_lakefence.failpoints import POINTS
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
@@ -212,6 +213,34 @@ class ScopedScenario:
         )
         return cls(seed, tuple(writers), foreign, paths, rng.choice(["commit", "merge"]))
 
+    @classmethod
+    def simultaneous(cls, seed: int, writers: int = 3) -> ScopedScenario:
+        """``writers`` runs of one date partition released at the same instant (a backfill re-running
+        a date while its scheduled run publishes): no delay, no crash, per-run file names (Spark's
+        ``part-<uuid>``: their merges never conflict), so only the fence stands between them.
+
+        :param seed: names the scenario (the scenario is the same for every seed; timing varies).
+        :param writers: how many writers.
+        """
+        plans = tuple(
+            WriterPlan(
+                name=f"w{i}",
+                write=(day(1),),
+                read=(),
+                fate="plain",
+                crash_at=None,
+                start_delay=0.0,
+                clear_after=0.0,
+                try2_delay=0.0,
+                delays={"try1": {}, "try2": {}},
+                output="parts",
+                write_mode="workspace",
+                retry_empty=False,
+            )
+            for i in range(writers)
+        )
+        return cls(seed, plans, (), (), "commit")
+
     def overlaps(self) -> list[tuple[str, str]]:
         """Pairs of writers whose write sets overlap."""
         return [
@@ -344,12 +373,31 @@ def check_scoped_invariants(
         return verdict
     foreign_acked = {e["detail"]["id"]: e["detail"] for e in events if e["what"] == "foreign_commit"}
     publications: dict[str, list[tuple[Any, AttemptId]]] = {w.plan.name: [] for w in writers}
+    taken_back: dict[str, str] = {}  # a race loser's merge -> the revert that took it back
     for view in chain:
         record = decode_metadata(view.metadata)
         if record is not None and record.role == ROLE_PUBLISH and record.attempt.key in keys:
             publications[keys[record.attempt.key].plan.name].append((view, record.attempt))
+        elif RACE_REVERT_KEY in view.metadata:
+            taken_back[view.metadata[RACE_REVERT_KEY]] = view.id
         elif view.id not in foreign_acked:
             verdict.violations.append(f"unexplained commit {view.id} on the target")
+    # A race take-back reverts a publication of one of the writers, whose try then failed closed.
+    for merge, revert in taken_back.items():
+        owner_of = [(w, attempt) for w in writers for v, attempt in publications[w.plan.name] if v.id == merge]
+        if not owner_of:
+            verdict.violations.append(f"revert {revert[:8]} takes back {merge[:8]}, which is no writer's publication")
+            continue
+        w, attempt = owner_of[0]
+        outcome = w.tries.get(attempt.try_number)
+        if outcome is None or not outcome.raised("ScopeOverlapError"):
+            verdict.violations.append(
+                f"{w.plan.name} try {attempt.try_number}'s publication was taken back but the try did not raise "
+                f"ScopeOverlapError ({None if outcome is None else outcome.error_type or outcome.result.get('status')})"
+            )
+        verdict.notes.setdefault("race_taken_back", []).append(f"{w.plan.name}.t{attempt.try_number}")
+    for name in publications:
+        publications[name] = [(v, a) for v, a in publications[name] if v.id not in taken_back]
     verdict.notes["publications"] = {
         name: [f"t{a.try_number}:{v.id[:8]}" for v, a in pubs] for name, pubs in publications.items()
     }

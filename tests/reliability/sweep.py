@@ -1,7 +1,8 @@
 """The randomized race sweep: many seeded interleavings of a zombie try, a new try and a foreign writer.
 
 ``python -m tests.reliability.sweep --seeds 200 [--first 0] [--workers 3] [--json out.json]
-[--family branch|scoped] [--fence soft|hard|both] [--lakefs-backend local|real] [--real-kv postgres|local]``
+[--family branch|scoped|simultaneous] [--fence soft|hard|both] [--lakefs-backend local|real]
+[--real-kv postgres|local]``
 (or ``python benchmarks/race_sweep.py ...``)
 starts the project's local lakeFS server (or real lakeFS, built from tests/real_lakefs, its KV
 store on PostgreSQL unless ``--real-kv local``), runs every scenario of
@@ -43,13 +44,15 @@ def run_sweep(
     """Run the scenarios of ``seeds``, ``workers`` at a time, with the ``soft`` or the ``hard`` fence.
 
     :param family: ``branch`` (:class:`RaceScenario`: one key's tries and a foreign writer, the
-        branch-wide fence) or ``scoped`` (:class:`ScopedScenario`: several keys, the scoped fence).
+        branch-wide fence), ``scoped`` (:class:`ScopedScenario`: several keys, the scoped fence) or
+        ``simultaneous`` (:meth:`ScopedScenario.simultaneous`: three runs of one partition released
+        at the same instant).
     :return: :class:`RaceReport` or :class:`ScopedReport` per seed, in order.
     """
 
     def one(seed: int) -> Any:
-        if family == "scoped":
-            scenario = ScopedScenario.from_seed(seed)
+        if family in ("scoped", "simultaneous"):
+            scenario = ScopedScenario.from_seed(seed) if family == "scoped" else ScopedScenario.simultaneous(seed)
             return run_scoped_race(launcher, lake, workdir / f"scoped-{fence}-seed-{seed}", home, scenario, fence=fence)
         return run_race(
             launcher, lake, workdir / f"{fence}-seed-{seed}", home, RaceScenario.from_seed(seed), fence=fence
@@ -169,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--family",
-        choices=("branch", "scoped"),
+        choices=("branch", "scoped", "simultaneous"),
         default="branch",
         help="branch: one key's tries and a foreign writer (the branch-wide fence, default); scoped: three or "
-        "four writers of disjoint and overlapping prefixes on one branch (the scoped fence)",
+        "four writers of disjoint and overlapping prefixes on one branch (the scoped fence); simultaneous: "
+        "three writers of one partition released at the same instant (the scoped fence)",
     )
     parser.add_argument(
         "--lakefs-backend",

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
+from airflow_lakefence.core.scope import RACE_REVERT_KEY, RACE_TAKEN_BACK_KEY
 from tests.reliability.harness import DAG_ID, TASK_ID, Lake, Outcome, Verdict, new_repository
 from tests.reliability.registry import AttemptRegistry
 from tests.reliability.scoped_race import (
@@ -158,6 +159,26 @@ def test_a_publication_that_raised_publish_race_error(world: World, fence: str) 
         assert verdict.ok and verdict.holes == ["overlap_race_detected"], verdict
     else:
         assert any("landed although it raised PublishRaceError" in v for v in verdict.violations), verdict
+
+
+@pytest.mark.parametrize("raised", ["ScopeOverlapError", "PublishFenceError"])
+def test_a_publication_taken_back_after_a_lost_race(world: World, raised: str) -> None:
+    """The loser's merge landed on the winner's and was reverted by its own try: accepted only when
+    that try raised ScopeOverlapError; a revert of nobody's publication is unexplained."""
+    a, b = world.writer("w0", (day(1),)), world.writer("w1", (day(1),))
+    world.succeed(a, 1, world.publish(a, 1))
+    path = f"{day(1)}part-{b.staging(1)}.txt"
+    merge = world.publish(b, 1, {path: b.staging(1)})
+    main = world.repo.branch("main")
+    main.object(path).delete()
+    main.commit("take back", metadata={RACE_REVERT_KEY: merge, RACE_TAKEN_BACK_KEY: "0" * 64})
+    world.fail(b, 1, raised)
+    verdict = world.check()
+    if raised == "ScopeOverlapError":
+        assert verdict.ok and not verdict.holes, verdict
+        assert verdict.notes["race_taken_back"] == ["w1.t1"] and verdict.notes["live"] == ["w0"]
+    else:
+        assert any("taken back but the try did not raise ScopeOverlapError" in v for v in verdict.violations)
 
 
 def test_a_stale_read(world: World) -> None:

@@ -62,3 +62,37 @@ def test_scoped_seeded_interleavings(
     assert outcomes.get("crash", 0) >= 2 and outcomes.get("StaleAttemptError", 0) >= 1, summary
     assert decisions.get("merge", 0) >= 10 and decisions.get("replace", 0) >= 1 and decisions.get("idempotent", 0) >= 1
     assert summary["live_publications"] >= 10
+
+
+#: Repetitions CI runs of the simultaneous release per fence (the benchmark runs 20 or more:
+#: python benchmarks/race_sweep.py --family simultaneous --seeds 20 --fence both).
+CI_SIMULTANEOUS_RUNS = 3
+
+
+@pytest.mark.parametrize("fence", ["soft", "hard"])
+def test_three_writers_of_one_partition_released_together(
+    launcher: ForkServer,
+    lake: Lake,
+    airflow_home: Path,
+    tmp_path: Path,
+    fence: str,
+    record_property: pytest.RecordProperty,
+) -> None:
+    """Three runs of one date partition, each in its own process, released at the same instant, with
+    per-run file names (their merges never conflict): exactly one run's output ends in the partition,
+    the other two fail closed with ScopeOverlapError and keep their evidence; no documented hole."""
+    started = time.monotonic()
+    seeds = list(range(CI_SIMULTANEOUS_RUNS))
+    reports = run_sweep(launcher, lake, seeds, 1, tmp_path, airflow_home, fence, "simultaneous")
+    summary = summarize_scoped(reports)
+    record_property(
+        f"{TIER_FIGURES_PROPERTY}simultaneous release ({fence} fence)",
+        json.dumps({"runs": len(reports), "wall_seconds": round(time.monotonic() - started, 1)}),
+    )
+    failed = {r.scenario.seed: r.summary() for r in reports if not r.verdict.ok}
+    assert not failed, json.dumps(failed, indent=1)[:20000]
+    assert not summary["holes"], summary["holes"]
+    for report in reports:
+        assert len(report.verdict.notes["live"]) == 1, report.summary()
+        outcomes = sorted(report.outcomes.values())
+        assert outcomes == ["ScopeOverlapError", "ScopeOverlapError", "success"], report.outcomes
