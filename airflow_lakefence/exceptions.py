@@ -24,6 +24,7 @@ The hierarchy::
     │   ├── OutputPrefixError                    changed paths outside output_prefixes
     │   ├── PublishRaceError                     another writer raced the publish
     │   │   └── HardFenceRaceError               lakeFS's hard fence refused the merge
+    │   ├── ScopeOverlapError                    scoped: another writer changed the scope; nothing left
     │   ├── MergeHookRejectedError               a user's pre-merge hook refused the merge
     │   └── DeltaLogError                        a staged Delta change is not commits appended in order
     ├── PublishBudgetError                       too little time left to start publishing

@@ -148,10 +148,11 @@ class PublishEngine:
                 with guard.stale_if_cleared("before the job", staging):
                     pin_input(self.run_state, req.input_ref, input_commit)
             tell.staging_created(staging)
-            publisher.check_hard_fence(input_commit, target_head)
+            fence = publisher.check_hard_fence(input_commit, target_head)
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
-            workspace = self._job_and_output(job, area, publisher, attempt, staging, input_commit)  # steps 4-6
+            workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
+            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
             with guard.stale_first("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
                 tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
@@ -160,7 +161,7 @@ class PublishEngine:
             failpoints.hit("after_fence_2")
             guard.check_budget()  # step 9
             decision, output_ref = publisher.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, target_head, superseded
+                attempt, staging, input_commit, staged, target_head, superseded, fence
             )
             failpoints.hit("after_verify")
             # A try cleared after publishing must not overwrite the new try's XCom: its publication
@@ -219,7 +220,7 @@ class PublishEngine:
         return guard, area, publisher, evidence
 
     def _job_and_output(
-        self, job: Job, area: StagingArea, publisher: Publisher, attempt: AttemptId, staging: str, input_commit: str
+        self, job: Job, area: StagingArea, attempt: AttemptId, staging: str, input_commit: str
     ) -> Workspace:
         """Steps 4 to 6, and the output checks of step 7: run the job, collect and check its output,
         pass the first attempt fence, upload it, keep each output prefix to this attempt's output."""
@@ -232,8 +233,6 @@ class PublishEngine:
                 area.run_job(job, locations)
             failpoints.hit("after_job")
             workspace = None if directory is None else area.collect(directory)  # step 5
-            if workspace is not None:
-                publisher.note_written(name for name, _ in workspace.files)
             guard.check("before stage", staging)  # step 6
             failpoints.hit("after_fence_1")
             if workspace is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote
@@ -82,6 +82,7 @@ __all__ = [
     "LUA_SCRIPT_V2",
     "MARKER_VERSION_RE",
     "MAX_SCOPE_PREFIXES",
+    "NO_HARD_FENCE",
     "REJECTION_MARKER",
     "REJECTION_RE",
     "REPLACES_KEY",
@@ -96,6 +97,7 @@ __all__ = [
     "FenceCheck",
     "FenceReadPort",
     "FenceStatus",
+    "HardFenceStatus",
     "MergeRejection",
     "RejectionKind",
     "check_action",
@@ -305,6 +307,39 @@ def check_action(content: bytes | str | None, *, where: str = "the commit") -> F
             f"reinstall it with `{INSTALL_COMMAND}`",
         )
     return FenceCheck(FenceStatus.OK, version, f"the lakefence hard fence version {version} is installed on {where}")
+
+
+@dataclass(frozen=True)
+class HardFenceStatus:
+    """What the check before the job found: whether lakeFS runs the hard fence on this attempt's merges.
+
+    A value, decided once (:meth:`~airflow_lakefence.core.publish.Publisher.check_hard_fence`) and
+    narrowed once more after the job (:meth:`after_writing`); the publish reads it, never changes it.
+
+    :param relied_on: lakeFS runs the fence on merges built on the input (a scoped publication
+        needs a fence that checks scopes: version 2 or later).
+    :param intact: the staged commit keeps the input's action file unchanged, so a merge lakeFS
+        accepted needs no verification after acting (and vouches for the fence in its metadata).
+    :param version: the installed fence's version, ``None`` when none.
+    """
+
+    relied_on: bool = False
+    intact: bool = False
+    version: int | None = None
+
+    def after_writing(self, paths: Iterable[str], actions_dir: str) -> HardFenceStatus:
+        """The status once the job wrote ``paths``: one under the actions' directory voids ``intact``.
+
+        :param paths: object paths the job wrote.
+        :param actions_dir: the actions' directory (``_lakefs_actions/``).
+        """
+        if not self.intact or not any(p.startswith(actions_dir) for p in paths):
+            return self
+        return HardFenceStatus(self.relied_on, False, self.version)
+
+
+#: No hard fence relied on (``hard_fence="off"``, or none installed).
+NO_HARD_FENCE = HardFenceStatus()
 
 
 class RejectionKind(enum.StrEnum):

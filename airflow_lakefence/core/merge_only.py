@@ -18,12 +18,13 @@ The target's tree then equals *C*'s (or the input's). Nothing here imports Airfl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from airflow_lakefence.core.fence import HeadState
 from airflow_lakefence.core.hardfence import expected_head_metadata, link_metadata, unwind_ref
 from airflow_lakefence.core.ports import LakeFSPort
+from airflow_lakefence.exceptions import LakeFenceError
 
 #: The metadata key of the revert commit on the temporary branch: the publication it reverts.
 REVERTS_KEY = "lakefence.reverts"
@@ -57,6 +58,77 @@ def temp_branch_name(staging_branch: str) -> str:
     return staging_branch + TEMP_SUFFIX
 
 
+#: Sends the final merge: ``(source ref, link metadata) -> merge commit id``.
+Send = Callable[[str, Mapping[str, str]], str]
+
+
+def replace_through_temp_branch(
+    port: LakeFSPort,
+    *,
+    repository: str,
+    temp_branch: str,
+    head_commit: str,
+    unwind: str | None,
+    revert_message: str,
+    revert_metadata: Mapping[str, str],
+    input_commit: str,
+    staged_commit: str,
+    message: str,
+    publish: Callable[[str, str | None], str],
+    on_delete_error: Callable[[LakeFenceError], None] | None = None,
+) -> MergeOnlyOutcome:
+    """The one merge-only replacement both publish strategies use (steps 1 to 5 of the module).
+
+    :param port: the lakeFS adapter.
+    :param repository: the repository.
+    :param temp_branch: the temporary branch's name (see :func:`temp_branch_name`).
+    :param head_commit: the target's HEAD the replacement builds on.
+    :param unwind: the commit whose revert (parent 1) takes the earlier publication back, ``None``
+        when the target already holds the input's content there.
+    :param revert_message: the revert commit's message.
+    :param revert_metadata: the revert commit's metadata.
+    :param input_commit: the input commit.
+    :param staged_commit: the staged commit (equal to ``input_commit``: a relocation).
+    :param message: the message of the staged commit's merge into the temporary branch.
+    :param publish: merges ``(source, next_unwind)`` into the target its own way (its metadata, its
+        verification) and returns the merge commit.
+    :param on_delete_error: told when the temporary branch could not be deleted (``None``: raise).
+    :return: what was done; nothing (``calls`` 0, the HEAD) for a relocation with nothing to revert.
+    """
+    relocate = staged_commit == input_commit
+    if relocate and unwind is None:
+        # The HEAD's tree already is the input's: nothing to merge, and lakeFS refuses an empty merge.
+        return MergeOnlyOutcome(head_commit, 0, None)
+    calls = 0
+    port.create_branch(repository, temp_branch, head_commit, hidden=True)
+    calls += 1
+    try:
+        if unwind is not None:
+            port.revert(
+                repository, temp_branch, unwind, parent_number=1, message=revert_message, metadata=revert_metadata
+            )
+            calls += 1
+        source = temp_branch
+        next_unwind: str | None = None
+        if not relocate:
+            # A commit whose first parent has the input's tree and whose tree is C's: the next
+            # link reverts it to get back to the input.
+            next_unwind = port.merge(repository, staged_commit, temp_branch, message, {STAGES_KEY: staged_commit})
+            calls += 1
+            source = next_unwind
+        output = publish(source, next_unwind)
+        calls += 1
+    finally:
+        calls += 1
+        try:
+            port.delete_branch(repository, temp_branch)
+        except LakeFenceError as exc:
+            if on_delete_error is None:
+                raise
+            on_delete_error(exc)  # it holds nothing the target needs: the cleaner deletes it
+    return MergeOnlyOutcome(output, calls, next_unwind)
+
+
 def replace_by_merge(
     port: LakeFSPort,
     *,
@@ -68,8 +140,9 @@ def replace_by_merge(
     temp_branch: str,
     message: str,
     metadata: Mapping[str, str],
+    send: Send | None = None,
 ) -> MergeOnlyOutcome:
-    """Replace (``staged_commit != input_commit``) or relocate the abandoned publication at ``head``.
+    """Replace (``staged_commit != input_commit``) or relocate the abandoned publication at ``head`` (branch-wide).
 
     :param port: the lakeFS adapter.
     :param repository: the repository.
@@ -81,40 +154,28 @@ def replace_by_merge(
     :param temp_branch: the temporary branch's name (see :func:`temp_branch_name`).
     :param message: the merge commits' message.
     :param metadata: the publication's metadata (the ``publish`` record and the user's metadata).
+    :param send: sends the final merge (the publisher's, which reads lakeFS's refusals); ``None``:
+        a plain merge into ``target``.
     :raises ValueError: if ``head`` is neither on the input nor a chain link.
     :raises LakeFSError: from the adapter; the final merge's 412 is the hard fence's (the target moved).
     """
     unwind = unwind_ref(head.commit_id, head.first_parent, head.metadata, input_commit)
-    relocate = staged_commit == input_commit
-    if relocate and unwind is None:
-        # The HEAD's tree already is the input's: nothing to merge, and lakeFS refuses an empty merge.
-        return MergeOnlyOutcome(head.commit_id, 0, None)
-    calls = 0
-    port.create_branch(repository, temp_branch, head.commit_id, hidden=True)
-    calls += 1
-    try:
-        if unwind is not None:
-            port.revert(
-                repository,
-                temp_branch,
-                unwind,
-                parent_number=1,
-                message=f"lakefence: revert the abandoned publication {head.commit_id}",
-                metadata={REVERTS_KEY: head.commit_id},
-            )
-            calls += 1
-        source = temp_branch
-        next_unwind: str | None = None
-        if not relocate:
-            # A commit whose first parent has the input's tree and whose tree is C's: the next
-            # link reverts it to get back to the input.
-            next_unwind = port.merge(repository, staged_commit, temp_branch, message, {STAGES_KEY: staged_commit})
-            calls += 1
-            source = next_unwind
+    final: Send = send or (lambda source, link: port.merge(repository, source, target, message, link))
+
+    def publish(source: str, next_unwind: str | None) -> str:
         link = {**metadata, **expected_head_metadata(head.commit_id), **link_metadata(head.commit_id, next_unwind)}
-        output = port.merge(repository, source, target, message, link)
-        calls += 1
-    finally:
-        port.delete_branch(repository, temp_branch)
-        calls += 1
-    return MergeOnlyOutcome(output, calls, next_unwind)
+        return final(source, link)
+
+    return replace_through_temp_branch(
+        port,
+        repository=repository,
+        temp_branch=temp_branch,
+        head_commit=head.commit_id,
+        unwind=unwind,
+        revert_message=f"lakefence: revert the abandoned publication {head.commit_id}",
+        revert_metadata={REVERTS_KEY: head.commit_id},
+        input_commit=input_commit,
+        staged_commit=staged_commit,
+        message=message,
+        publish=publish,
+    )

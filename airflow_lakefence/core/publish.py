@@ -21,21 +21,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.advice import WHAT_TO_DO, fail_closed_message
+from airflow_lakefence.core.advice import fail_closed_message
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.hardfence import (
     ACTION_PATH,
-    SCOPED_VERSION,
-    MergeRejection,
-    RejectionKind,
+    NO_HARD_FENCE,
+    HardFenceStatus,
     check_ref,
     expected_head_metadata,
-    explain_scoped_rejection,
     fence_vouch_metadata,
 )
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
+from airflow_lakefence.core.merging import TargetMerge
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
@@ -45,19 +44,11 @@ from airflow_lakefence.core.scoped_publish import ScopedPublish
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
-    LakeFSBadRequestError,
     LakeFSBranchProtectedError,
     LakeFSConflictError,
-    LakeFSDirtyBranchError,
-    LakeFSHardFenceRejectedError,
     LakeFSHookRejectedError,
-    LakeFSNoChangesError,
-    LakeFSPreconditionFailedError,
-    LakeFSUnavailableError,
-    MergeHookRejectedError,
     PublishFenceError,
     PublishRaceError,
-    ScopeOverlapError,
 )
 
 _ACTIONS_DIR = ACTION_PATH.split("/")[0] + "/"
@@ -99,16 +90,11 @@ class Publisher:
         self.guard = guard
         self.log = log
         self.job_name = job_name
-        # Whether lakeFS runs the hard fence on this attempt's merges (the input commit carries it),
-        # and whether the staged commit still carries it unchanged (then the merge needs no verify).
-        self.hard_fence = False
-        self.hard_fence_intact = False
-        #: The version of the fence on the input (what an intact publication vouches for).
-        self.fence_version: int | None = None
+        self.merging = TargetMerge(lakefs, request)
 
     # -- the hard fence (docs/hard-fence.md) ---------------------------------------------------
 
-    def check_hard_fence(self, input_commit: str, head: HeadState | None = None) -> None:
+    def check_hard_fence(self, input_commit: str, head: HeadState | None = None) -> HardFenceStatus:
         """Before the job: does lakeFS run the hard fence on merges built on the input? (0 or 1 call).
 
         No call when the target's HEAD, read in step 1, is the input and vouches for its fence (the
@@ -117,11 +103,12 @@ class Publisher:
 
         :param input_commit: the input commit.
         :param head: the target's HEAD read in step 1, if any.
+        :return: the status the publish relies on (narrow it with :meth:`note_written` after the job).
         :raises HardFenceMissingError: with ``hard_fence="require"`` when it does not.
         """
         mode = self.request.hard_fence
         if mode == "off":
-            return
+            return NO_HARD_FENCE
         known = head is not None and head.commit_id == input_commit
         check = check_ref(
             self.lakefs,
@@ -135,24 +122,25 @@ class Publisher:
         if refusal is not None and mode == "require":
             raise HardFenceMissingError(f"hard_fence='require': {refusal}")
         # A scoped publication relies only on a hook that checks scopes (version 2 or later).
-        self.hard_fence = self.hard_fence_intact = check.scoped if scoped else check.enforced
-        self.fence_version = check.installed_version
+        relied_on = check.scoped if scoped else check.enforced
         # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
         # keep it out, and a declared prefix inside the actions' directory lets the job (or, with
         # output_mode="replace", the engine itself) change it: then the merge is still verified after
         # acting.
         prefixes = self.request.prefixes
         inside = any(p.startswith(_ACTIONS_DIR) for p in prefixes)
-        if inside or (self.request.write_mode == "direct" and not prefixes):
-            self.hard_fence_intact = False
+        intact = relied_on and not (inside or (self.request.write_mode == "direct" and not prefixes))
         self.log.info("Hard fence: %s", check.message)
+        return HardFenceStatus(relied_on, intact, check.installed_version)
 
-    def note_written(self, paths: Iterable[str]) -> None:
-        """The job wrote these workspace paths: one under the action's directory voids the hard fence.
+    @staticmethod
+    def note_written(status: HardFenceStatus, paths: Iterable[str]) -> HardFenceStatus:
+        """The status once the job wrote these workspace paths (one under the actions' directory voids it).
 
+        :param status: the status from :meth:`check_hard_fence`.
         :param paths: object paths.
         """
-        self.hard_fence_intact = self.hard_fence_intact and not any(p.startswith(_ACTIONS_DIR) for p in paths)
+        return status.after_writing(paths, _ACTIONS_DIR)
 
     # -- steps 10 and 11 -------------------------------------------------------------------------
 
@@ -164,6 +152,7 @@ class Publisher:
         staged: CommitInfo,
         early_head: HeadState,
         superseded: Mapping[str, Any] | None = None,
+        fence: HardFenceStatus = NO_HARD_FENCE,
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act; return the decision and the output ref.
 
@@ -173,6 +162,7 @@ class Publisher:
         :param staged: the staged commit.
         :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
         :param superseded: the successful publication this attempt replaces, if any.
+        :param fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
         changed = staged.id != input_commit
@@ -181,13 +171,14 @@ class Publisher:
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
         if self.request.scope is not None:
-            return ScopedPublish(self, self.request.scope).publish(attempt, staging, input_commit, staged, metadata)
+            scoped = ScopedPublish(self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging)
+            return scoped.publish(attempt, staging, input_commit, staged, metadata, fence)
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head)
+            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head, fence)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             if answer_lost:
@@ -198,7 +189,7 @@ class Publisher:
             # merge acts at once on the head read before the job, and the target is read only when
             # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
             refused: PublishRaceError | None = None
-            if self.hard_fence and not answer_lost:
+            if fence.relied_on and not answer_lost:
                 decision = decide_publish(early_head, input_commit, attempt, changed, staged.id)
                 optimistic = decision.action is Action.MERGE or (
                     decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
@@ -268,18 +259,19 @@ class Publisher:
         staged: str,
         metadata: Mapping[str, str],
         head: HeadState,
+        fence: HardFenceStatus,
     ) -> str:
         # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
         metadata = {**metadata, **expected_head_metadata(head.commit_id)}
         if decision.action is Action.FAIL_CLOSED:
             raise PublishFenceError(decision.reason, staging_branch=staging)
         if decision.action is Action.MERGE:
-            return self._merge(attempt, staging, input_commit, staged, metadata, head)
+            return self._merge(attempt, staging, input_commit, staged, metadata, head, fence)
         if decision.action in (Action.REPLACE, Action.RELOCATE):
             assert decision.output_ref is not None
             if self.request.replace_by_merge:
-                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
-            return self._reset(decision.output_ref, attempt, staging, input_commit, staged, metadata, head)
+                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
+            return self._reset(decision.output_ref, attempt, staging, input_commit, staged, metadata, head, fence)
         if decision.action is Action.IDEMPOTENT:
             # A previous round's write landed although its answer was lost.
             assert decision.output_ref is not None
@@ -294,15 +286,16 @@ class Publisher:
         staged: str,
         metadata: Mapping[str, str],
         head: HeadState,
+        fence: HardFenceStatus,
     ) -> str:
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
-        if self.hard_fence_intact and self.fence_version is not None:
+        if fence.intact and fence.version is not None:
             # The publication's tree keeps the input's action file: the next attempt that builds on
             # it learns the fence from its metadata, without reading the file.
-            metadata = {**metadata, **fence_vouch_metadata(self.fence_version)}
-        merge_ref = self.send_merge(attempt, staging, staged, metadata, head)
+            metadata = {**metadata, **fence_vouch_metadata(fence.version)}
+        merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
         failpoints.hit("after_publish_action")
-        if self.hard_fence_intact:
+        if fence.intact:
             return merge_ref  # lakeFS checked the first parent before the branch moved
         merged = client.get_commit(repo, merge_ref)
         if merged.parents[:1] != (input_commit,):
@@ -313,63 +306,6 @@ class Publisher:
             )
         return merge_ref
 
-    def send_merge(
-        self, attempt: AttemptId, staging: str, source: str, metadata: Mapping[str, str], head: HeadState
-    ) -> str:
-        """Merge ``source`` into the target; lakeFS's refusals become what they mean for the protocol.
-
-        :param attempt: this attempt.
-        :param staging: its staging branch (kept as evidence when failing closed).
-        :param source: the ref to merge.
-        :param metadata: the merge's metadata.
-        :param head: the target's HEAD the merge is built on (for messages).
-        :return: the merge commit id.
-        :raises PublishFenceError: (or a subclass) when nothing was merged.
-        :raises LakeFSUnavailableError: when the outcome is unknown.
-        """
-        repo, target = self.request.repository, self.request.target_branch
-        try:
-            return self.lakefs.merge(repo, source, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
-        except LakeFSHookRejectedError as exc:
-            raise self._hook_rejection(exc, head, staging) from exc
-        except LakeFSConflictError as exc:
-            if self.request.scope is not None:
-                # Only another writer's change to a path this publication changed conflicts: an overlap.
-                raise ScopeOverlapError(
-                    f"merge into {target!r} conflicted: another writer's publication changed a path under this "
-                    f"one's write set since its input. Nothing was published; staging branch {staging!r} kept.",
-                    staging_branch=staging,
-                ) from exc
-            raise PublishRaceError(
-                f"merge into {target!r} conflicted: another writer raced the publish", staging_branch=staging
-            ) from exc
-        except LakeFSPreconditionFailedError as exc:
-            # A 412 on a merge is a failed pre-merge hook whose message did not say so.
-            raise MergeHookRejectedError(
-                f"a pre-merge hook rejected the publication into {target!r} (action run unknown): {exc}. "
-                f"Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the repository's action "
-                "runs (lakectl actions runs list), fix what the hook rejects, then clear the task.",
-                staging_branch=staging,
-            ) from exc
-        except LakeFSNoChangesError as exc:
-            # The staged commit is already in the target: an earlier request landed late. Its
-            # outcome is re-read in the next round (the idempotent row), never merged again.
-            raise LakeFSUnavailableError(
-                f"merge answered 'no changes': {exc}", status=exc.status, operation="merge"
-            ) from exc
-        except LakeFSDirtyBranchError as exc:
-            raise PublishRaceError(
-                f"{target!r} has uncommitted changes: another writer is active on it; nothing merged. "
-                f"{WHAT_TO_DO} find the writer (one writer per target), then clear the task.",
-                staging_branch=staging,
-            ) from exc
-        except LakeFSBadRequestError as exc:
-            raise PublishFenceError(
-                f"lakeFS refused the merge into {target!r}: {exc}. Nothing merged; staging branch "
-                f"{staging!r} kept. {WHAT_TO_DO} read lakeFS's reason above, fix it, then clear the task.",
-                staging_branch=staging,
-            ) from exc
-
     def _reset(
         self,
         output_ref: str,
@@ -379,13 +315,14 @@ class Publisher:
         staged: str,
         metadata: Mapping[str, str],
         head: HeadState,
+        fence: HardFenceStatus,
     ) -> str:
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         try:
             client.hard_reset(repo, target, output_ref)
         except LakeFSBranchProtectedError:
             self.log.info("%r is protected (no hard reset): replacing by merges", target)
-            return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head)
+            return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
         failpoints.hit("after_publish_action")
         now = HeadState.of(client.get_commit(repo, target))
         # A commit whose first parent is what was set came after the reset: not a race.
@@ -397,38 +334,6 @@ class Publisher:
             )
         return output_ref
 
-    def _hook_rejection(self, exc: LakeFSHookRejectedError, head: HeadState, staging: str) -> PublishFenceError:
-        target = self.request.target_branch
-        if isinstance(exc, LakeFSHardFenceRejectedError) and self.request.scope is not None:
-            rejection = MergeRejection(
-                RejectionKind.HARD_FENCE,
-                exc.run_id,
-                exc.found_head,
-                exc.expected_head,
-                exc.version,
-                exc.scope_prefix,
-                exc.path,
-            )
-            text = explain_scoped_rejection(rejection, target=target)
-            text = f"{text}; nothing published, staging branch {staging!r} kept"
-            if exc.version is not None and exc.version < SCOPED_VERSION:
-                return PublishFenceError(text, staging_branch=staging)  # an installation to upgrade, not a race
-            return ScopeOverlapError(text, staging_branch=staging)  # the soft fence's outcome, prevented
-        if isinstance(exc, LakeFSHardFenceRejectedError):
-            return HardFenceRaceError(
-                f"lakeFS's hard fence refused the merge into {target!r}: it moved to {exc.found_head} since the "
-                f"fence read {head.commit_id}; nothing published, {target!r} left as the other writer left it "
-                f"(action run {exc.run_id})",
-                staging_branch=staging,
-            )
-        return MergeHookRejectedError(
-            f"a pre-merge hook of the repository rejected the publication into {target!r} (action run "
-            f"{exc.run_id}): {exc}. Nothing merged; staging branch {staging!r} kept. {WHAT_TO_DO} read the hook "
-            f"run (lakectl actions runs describe lakefs://{self.request.repository} {exc.run_id}), fix what it "
-            "rejects, then clear the task.",
-            staging_branch=staging,
-        )
-
     def _replace_by_merge(
         self,
         attempt: AttemptId,
@@ -437,6 +342,7 @@ class Publisher:
         staged: str,
         metadata: Mapping[str, str],
         head: HeadState,
+        fence: HardFenceStatus,
     ) -> str:
         repo, target = self.request.repository, self.request.target_branch
         try:
@@ -450,11 +356,12 @@ class Publisher:
                 temp_branch=temp_branch_name(staging),
                 message=self.request.message(ROLE_PUBLISH, attempt),
                 metadata=metadata,
+                send=lambda source, link: self.merging.send(attempt, staging, source, link, head),
             )
         except LakeFSHookRejectedError as exc:
-            raise self._hook_rejection(exc, head, staging) from exc
+            raise self.merging.rejection(exc, head, staging) from exc
         failpoints.hit("after_publish_action")
-        if outcome.calls and not self.hard_fence_intact:
+        if outcome.calls and not fence.intact:
             merged = self.lakefs.get_commit(repo, outcome.output_ref)
             if merged.parents[:1] != (head.commit_id,):
                 raise PublishRaceError(

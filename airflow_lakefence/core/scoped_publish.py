@@ -22,20 +22,24 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO
 from airflow_lakefence.core.fence import Action, FenceDecision, HeadState
-from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY
+from airflow_lakefence.core.guard import AttemptGuard
+from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, NO_HARD_FENCE, HardFenceStatus
 from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.merge_only import temp_branch_name
+from airflow_lakefence.core.merge_only import replace_through_temp_branch, temp_branch_name
+from airflow_lakefence.core.merging import TargetMerge
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
-from airflow_lakefence.core.ports import CommitInfo
-from airflow_lakefence.core.request import read_target_head
+from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
+from airflow_lakefence.core.reporting import Log
+from airflow_lakefence.core.request import PublishRequest, read_target_head
 from airflow_lakefence.core.scope import (
     OWN_HISTORY_PAGE,
+    RACE_REVERT_KEY,
     Scope,
     ScopedAction,
     ScopeScan,
@@ -54,9 +58,6 @@ from airflow_lakefence.exceptions import (
     ScopeOverlapError,
 )
 
-if TYPE_CHECKING:
-    from airflow_lakefence.core.publish import Publisher
-
 __all__ = ["ScopedPublish"]
 
 #: The scan asks lakeFS for the first changed path of a prefix: the input is an ancestor of the
@@ -67,6 +68,8 @@ SCAN_DIFF = "two_dot"
 #: How many commits of the target's own line (its merges) a lost merge answer looks through for the
 #: attempt's merge commit: the page lakeFS returns in one call, bounded by the input commit.
 OWN_MERGE_PAGE = 1000
+#: How many times a race loser tries to take its merge back before it reports that it could not.
+TAKE_BACK_ROUNDS = 3
 
 
 def _publishes(metadata: Mapping[str, str], attempt: AttemptId) -> bool:
@@ -76,21 +79,43 @@ def _publishes(metadata: Mapping[str, str], attempt: AttemptId) -> bool:
 
 
 class ScopedPublish:
-    """One scoped publish (steps 10 and 11), acting through ``publisher``.
+    """One scoped publish (steps 10 and 11): the scoped strategy of the publisher.
 
-    :param publisher: the attempt's publisher (its port, request, guard, log and hard-fence state).
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
     :param scope: the request's scope.
+    :param guard: the attempt's guard (the attempt fence between rounds, lost answers).
+    :param log: where to log.
+    :param merging: how merges into the target are sent and their refusals read.
     """
 
-    def __init__(self, publisher: Publisher, scope: Scope) -> None:
-        self.p = publisher
+    def __init__(
+        self,
+        lakefs: LakeFSPort,
+        request: PublishRequest,
+        scope: Scope,
+        guard: AttemptGuard,
+        log: Log,
+        merging: TargetMerge,
+    ) -> None:
+        self.lakefs = lakefs
+        self.request = request
         self.scope = scope
-        self.lakefs = publisher.lakefs
-        self.repo = publisher.request.repository
-        self.target = publisher.request.target_branch
+        self.guard = guard
+        self.log = log
+        self.merging = merging
+        self.repo = request.repository
+        self.target = request.target_branch
+        self.fence = NO_HARD_FENCE
 
     def publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        record: Mapping[str, str],
+        fence: HardFenceStatus = NO_HARD_FENCE,
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD within the scope and act; return the decision and the output ref.
 
@@ -99,23 +124,25 @@ class ScopedPublish:
         :param input_commit: the input commit.
         :param staged: the staged commit.
         :param record: the publication's metadata (the ``publish`` record and the user's metadata).
+        :param fence: the hard fence's status, as the check before the job left it.
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
+        self.fence = fence
         changed = staged.id != input_commit
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             if answer_lost:
                 # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.p.guard.check("before another publish round", staging)
+                self.guard.check("before another publish round", staging)
                 landed = self._landed(attempt, input_commit)
                 if landed is not None:
                     # The merge landed although its answer was lost: verify it as any merge, report it.
-                    if not self.p.hard_fence_intact:
+                    if not self.fence.intact:
                         base = landed.metadata.get(EXPECTED_HEAD_KEY) or input_commit
                         self._verify(landed, base, base, staged.id, staging)
                     reason = "this attempt's merge landed although its answer was lost"
                     return self._done(Action.IDEMPOTENT, reason, landed.id)
-            if self.p.hard_fence and changed and not answer_lost:
+            if self.fence.relied_on and changed and not answer_lost:
                 # lakeFS checks the scope since the input inside the merge: no read before it.
                 try:
                     output = self._merge(
@@ -127,11 +154,11 @@ class ScopedPublish:
                     # this key published) or a conflict: nothing landed. Read and decide.
                     if not isinstance(exc, ScopeOverlapError) and not isinstance(exc.__cause__, LakeFSConflictError):
                         raise
-                    self.p.log.info("%s: reading the target to decide again", exc)
-            head = read_target_head(self.lakefs, self.p.request)
+                    self.log.info("%s: reading the target to decide again", exc)
+            head = read_target_head(self.lakefs, self.request)
             return self._decide_and_act(head, attempt, staging, input_commit, staged, record, changed)
 
-        return self.p.guard.settle("publish", publish_round, lambda _exc: None)
+        return self.guard.settle("publish", publish_round, lambda _exc: None)
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -149,7 +176,7 @@ class ScopedPublish:
         scan = ScopeScan(self.scope, head.commit_id, input_commit)
         self._run(scan, input_commit, head.commit_id)
         decision = scan.decide(changed=changed)
-        self.p.log.info("Scoped publish fence: %s (%s)", decision.action.value, decision.reason)
+        self.log.info("Scoped publish fence: %s (%s)", decision.action.value, decision.reason)
         if decision.action is ScopedAction.MERGE:
             output = self._merge(
                 attempt, staging, staged.id, input_commit, record, probed=head.commit_id, staged=staged.id
@@ -165,14 +192,14 @@ class ScopedPublish:
         own = decide_own_history(
             self.scope, commits, attempt=attempt, input_ref=input_commit, head=head.commit_id, changed=changed
         )
-        self.p.log.info("Scoped publish fence: %s (%s)", own.action.value, own.reason)
+        self.log.info("Scoped publish fence: %s (%s)", own.action.value, own.reason)
         if own.action is ScopedAction.FAIL_CLOSED:
             touch = decision.touches[0]
             raise self._conflict(touch, own.culprit, input_commit, head.commit_id, staging, own.reason)
         if own.action is ScopedAction.IDEMPOTENT:
             # Its merge landed although its answer was lost, further down than one page of the
             # target's line (see _landed): HEAD holds it.
-            self.p.log.warning(
+            self.log.warning(
                 "This attempt's merge commit is not among the %d newest of %r: reporting HEAD %s, which holds it",
                 OWN_MERGE_PAGE,
                 self.target,
@@ -242,9 +269,9 @@ class ScopedPublish:
         :param staged: the staged commit the merge brings in (named by a take-back).
         """
         metadata = {**record, **self.scope.merge_metadata(base)}
-        merge_ref = self.p.send_merge(attempt, staging, source, metadata, HeadState(probed or base))
+        merge_ref = self.merging.send(attempt, staging, source, metadata, HeadState(probed or base))
         failpoints.hit("after_publish_action")
-        if not self.p.hard_fence_intact:
+        if not self.fence.intact:
             self._verify(self.lakefs.get_commit(self.repo, merge_ref), base, probed or base, staged, staging)
         return merge_ref
 
@@ -281,30 +308,49 @@ class ScopedPublish:
         text = describe_conflict(touch, found[0] if found else None, input_ref=base, head=first, target=self.target)
         metadata = race_revert_metadata(merged.id, staged)
         own_line = 1 + list(merged.parents).index(first)
-        try:
-            self.lakefs.revert(
-                self.repo,
-                self.target,
-                merged.id,
-                parent_number=own_line,
-                message=f"lakefence: take back {merged.id}, which lost a publish race in its scope",
-                metadata=metadata,
-            )
-        except LakeFenceError as exc:
+        failure: LakeFenceError | None = None
+        for round_number in range(TAKE_BACK_ROUNDS):
+            try:
+                self.lakefs.revert(
+                    self.repo,
+                    self.target,
+                    merged.id,
+                    parent_number=own_line,
+                    message=f"lakefence: take back {merged.id}, which lost a publish race in its scope",
+                    metadata=metadata,
+                )
+                failure = None
+                break
+            except LakeFenceError as exc:
+                # Other losers revert at the same moment (lakeFS may refuse a concurrent branch
+                # update), or the answer was lost: did it land? Never revert twice.
+                failure = exc
+                self.log.warning("Taking back %s failed (%s): reading the target", merged.id, exc)
+                if self._taken_back(merged.id):
+                    failure = None
+                    break
+                time.sleep(0.2 * (round_number + 1))
+        if failure is not None:
             return PublishRaceError(
                 f"merge commit {merged.id} was computed on {first}, not the HEAD the fence probed, and "
                 f"{touch.path!r} inside the scope changed in between: another writer raced the publish. Taking "
-                f"the merge back failed ({exc}), so {self.target!r} may hold this attempt's output beside the other "
-                f"writer's; staging branch {staging!r} kept. {WHAT_TO_DO} revert it by hand (lakectl branch revert "
-                f"lakefs://{self.repo}/{self.target} {merged.id} --parent-number {own_line}), then clear the task.",
+                f"the merge back failed ({failure}), so {self.target!r} may hold this attempt's output beside the "
+                f"other writer's; staging branch {staging!r} kept. {WHAT_TO_DO} revert it by hand "
+                f"(lakectl branch revert lakefs://{self.repo}/{self.target} {merged.id} "
+                f"--parent-number {own_line}), then clear the task.",
                 staging_branch=staging,
             )
-        self.p.log.warning("Merge %s lost a race in its scope: taken back by a revert commit", merged.id)
+        self.log.warning("Merge %s lost a race in its scope: taken back by a revert commit", merged.id)
         return ScopeOverlapError(
             f"{text} This attempt's merge {merged.id} landed in that race (lakeFS computed it on {first}) and "
             f"was taken back by a revert commit on {self.target!r}. Staging branch: {staging!r}.",
             staging_branch=staging,
         )
+
+    def _taken_back(self, merge: str) -> bool:
+        """Whether a revert taking ``merge`` back is on the target's line above it (one ``log`` call)."""
+        line = self.lakefs.log_commits(self.repo, self.target, amount=OWN_MERGE_PAGE, first_parent=True, stop_at=merge)
+        return any(c.metadata.get(RACE_REVERT_KEY) == merge for c in line)
 
     def _replace(
         self,
@@ -318,33 +364,35 @@ class ScopedPublish:
     ) -> str:
         """Replace (or relocate) this key's earlier publication below HEAD by merges only.
 
-        A hidden branch *X* from HEAD; a revert of the earlier try's staged commit (carrying this
-        attempt's ``stage`` record, so a later try knows it as its key's own); the staged commit merged
-        into *X* (a relocation skips it); *X* merged into the target naming HEAD as the scope's base;
-        *X* deleted. Every other writer's publication stays as it is.
+        :func:`~airflow_lakefence.core.merge_only.replace_through_temp_branch` from HEAD: a revert of
+        the earlier try's staged commit (carrying this attempt's ``stage`` record, so a later try
+        knows it as its key's own), the staged commit merged (a relocation skips it), the result
+        merged into the target naming HEAD as the scope's base. Every other writer's publication
+        stays as it is.
         """
+        stage_record = encode_metadata(LakeFenceRecord(attempt, ROLE_STAGE, input_commit))
+
+        def deleted_later(exc: LakeFenceError) -> None:
+            self.log.warning("Could not delete temporary branch %s: %s (the cleaner will)", temp, exc)
+
         temp = temp_branch_name(staging)
-        self.lakefs.create_branch(self.repo, temp, head.commit_id, hidden=True)
-        try:
-            if unwind is not None:
-                stage_record = encode_metadata(LakeFenceRecord(attempt, ROLE_STAGE, input_commit))
-                self.lakefs.revert(
-                    self.repo,
-                    temp,
-                    unwind,
-                    parent_number=1,
-                    message=f"lakefence: revert the abandoned publication {unwind} (scoped)",
-                    metadata=scoped_revert_metadata(stage_record, unwind),
-                )
-            if staged != input_commit:
-                self.lakefs.merge(self.repo, staged, temp, self.p.request.message(ROLE_PUBLISH, attempt), {})
-            return self._merge(attempt, staging, temp, head.commit_id, record, probed=head.commit_id, staged=staged)
-        finally:
-            # Each round makes its own temporary branch: deleted every time (it holds nothing the target needs).
-            try:
-                self.lakefs.delete_branch(self.repo, temp)
-            except LakeFenceError as exc:
-                self.p.log.warning("Could not delete temporary branch %s: %s (the cleaner will)", temp, exc)
+        outcome = replace_through_temp_branch(
+            self.lakefs,
+            repository=self.repo,
+            temp_branch=temp,
+            head_commit=head.commit_id,
+            unwind=unwind,
+            revert_message=f"lakefence: revert the abandoned publication {unwind} (scoped)",
+            revert_metadata=scoped_revert_metadata(stage_record, unwind) if unwind is not None else {},
+            input_commit=input_commit,
+            staged_commit=staged,
+            message=self.request.message(ROLE_PUBLISH, attempt),
+            publish=lambda source, _link: self._merge(
+                attempt, staging, source, head.commit_id, record, probed=head.commit_id, staged=staged
+            ),
+            on_delete_error=deleted_later,
+        )
+        return outcome.output_ref
 
     def _done(self, action: Action, reason: str, output: str) -> tuple[FenceDecision, str]:
         return FenceDecision(action, output, reason), output

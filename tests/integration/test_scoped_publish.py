@@ -694,6 +694,20 @@ def test_soft_fence_a_writer_slipping_into_the_scope_before_the_merge_is_taken_b
     assert info.value.staging_branch in world.branches()
 
 
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_take_back_whose_answer_is_lost_is_never_sent_twice(world: World, landed: bool) -> None:
+    """The loser's revert answers with an error: it reads the target's line; a revert that landed is
+    not sent again, one that did not is sent again. Either way the partition ends with the other's file."""
+    world.write("main", {day(2) + "x": "moved"}, "another partition")
+    world.port.before["merge"] = lambda: world.write("main", {day(1) + "theirs": "t"}, "slipped in")
+    world.port.lose("revert", landed=landed)
+    with pytest.raises(ScopeOverlapError, match="taken back"):
+        publish(world, AttemptId(key(1), 1, "ti-1"), {day(1) + "mine": "m"}, [day(1)])
+    assert world.port.calls["revert"] == (1 if landed else 2)
+    assert under(world, TABLE) == {day(1) + "theirs": "t", day(2) + "x": "moved"}
+    assert RACE_REVERT_KEY in world.head().metadata
+
+
 def test_hard_fence_a_writer_slipping_into_the_scope_before_the_merge_is_refused(http_world: LakeFSWorld) -> None:
     world = http_world
     base = fenced_input(world)

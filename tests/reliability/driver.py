@@ -83,6 +83,7 @@ def run(spec: dict[str, Any]) -> int:
     who = f"{spec.get('who_prefix', '')}try{row.try_number}"
     delays: dict[str, float] = spec.get("delays", {})
     waits: dict[str, list[Any]] = spec.get("waits", {})
+    barrier: dict[str, Any] | None = spec.get("barrier")
 
     phase = {"publishing": False}
 
@@ -94,6 +95,11 @@ def run(spec: dict[str, Any]) -> int:
             if point in waits:
                 registry.wait_for(*waits[point])
                 registry.record(who, "waited", {"point": point, "for": waits[point]})
+            if barrier and point == barrier["point"]:
+                # Released at one instant: every party has reached this point.
+                registry.record(who, "barrier", {"point": point})
+                for party in barrier["parties"]:
+                    registry.wait_for(party, "barrier", point)
             if delays.get(point):
                 time.sleep(delays[point])
 

@@ -99,7 +99,8 @@ class WriterPlan:
     :param try2_delay: seconds between the clear (or the crash) and try 2's start.
     :param delays: per try (``"try1"``, ``"try2"``), seconds to sleep at each failpoint.
     :param output: ``stamp`` (one file per write prefix, the same path on every try: outputs conflict),
-        ``parts`` (per-attempt file names: outputs add up), or ``both``.
+        ``parts`` (per-attempt file names: outputs add up), ``both``, or ``parts_only`` (only the
+        per-attempt part files, not even the first try's marker file).
     :param write_mode: ``workspace`` or ``direct``.
     :param retry_empty: try 2 writes nothing (it must relocate only its own scope back to the input).
     """
@@ -121,6 +122,8 @@ class WriterPlan:
         """The race_job spec of try ``try_number``."""
         if try_number > 1 and self.retry_empty:
             return {}
+        if self.output == "parts_only":  # no path shared with another writer: their merges never conflict
+            return {"part_prefixes": list(self.write)}
         job: dict[str, Any] = {"first_try_files": {f"{w}try1-only.txt": f"{self.name} try 1" for w in self.write}}
         if self.output in ("stamp", "both"):
             job["stamp_paths"] = [f"{w}stamp.txt" for w in self.write]
@@ -146,6 +149,8 @@ class ScopedScenario:
     :param foreign: seconds (after the first writer's try 1 starts) of each foreign commit.
     :param foreign_paths: the path each foreign commit writes.
     :param foreign_style: ``commit`` or ``merge``.
+    :param release_at: a failpoint where every writer's try 1 waits until all have reached it, then
+        all go on at once (``None``: no barrier).
     """
 
     seed: int
@@ -153,6 +158,7 @@ class ScopedScenario:
     foreign: tuple[float, ...]
     foreign_paths: tuple[str, ...]
     foreign_style: str
+    release_at: str | None = None
 
     @classmethod
     def from_seed(cls, seed: int) -> ScopedScenario:
@@ -217,7 +223,9 @@ class ScopedScenario:
     def simultaneous(cls, seed: int, writers: int = 3) -> ScopedScenario:
         """``writers`` runs of one date partition released at the same instant (a backfill re-running
         a date while its scheduled run publishes): no delay, no crash, per-run file names (Spark's
-        ``part-<uuid>``: their merges never conflict), so only the fence stands between them.
+        ``part-<uuid>``: their merges never conflict), so only the fence stands between them. They
+        are released together at their publish step (after the second attempt fence: staged, about
+        to read the target), so every run reaches the publish fence within milliseconds.
 
         :param seed: names the scenario (the scenario is the same for every seed; timing varies).
         :param writers: how many writers.
@@ -233,13 +241,13 @@ class ScopedScenario:
                 clear_after=0.0,
                 try2_delay=0.0,
                 delays={"try1": {}, "try2": {}},
-                output="parts",
+                output="parts_only",
                 write_mode="workspace",
                 retry_empty=False,
             )
             for i in range(writers)
         )
-        return cls(seed, plans, (), (), "commit")
+        return cls(seed, plans, (), (), "commit", release_at="after_fence_2")
 
     def overlaps(self) -> list[tuple[str, str]]:
         """Pairs of writers whose write sets overlap."""
@@ -666,7 +674,10 @@ def run_scoped_race(
             operator["hard_fence"] = "require"
         wdir = workdir / w.name
         wdir.mkdir(exist_ok=True)
-        who = {"who_prefix": f"{w.name}."}
+        who: dict[str, Any] = {"who_prefix": f"{w.name}."}
+        if scenario.release_at is not None:
+            parties = [f"{other.name}.try1" for other in scenario.writers]
+            who["barrier"] = {"point": scenario.release_at, "parties": parties}
         firsts[w.name] = spawn_attempt(
             launcher, wdir, env, registry, operator, w.job(1),
             await_try=(key, 1, w.start_delay), delays=w.delays["try1"],
@@ -675,7 +686,7 @@ def run_scoped_race(
         if w.fate in ("crash", "zombie"):
             seconds[w.name] = spawn_attempt(
                 launcher, wdir, env, registry, operator, w.job(2),
-                await_try=(key, 2, w.try2_delay), delays=w.delays["try2"], spec_extra=who,
+                await_try=(key, 2, w.try2_delay), delays=w.delays["try2"], spec_extra={"who_prefix": who["who_prefix"]},
             )  # fmt: skip
     foreign = None
     if scenario.foreign:
