@@ -135,7 +135,9 @@ class PublishEngine:
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
         # The scoped fence builds on an input the target moved past (the scope decides at publish time).
         if early.action is Action.FAIL_CLOSED and req.scope is None:
-            message = fail_closed_message(target_head, input_commit, attempt, req.target_branch, before_job=True)
+            message = fail_closed_message(
+                early.code, target_head, input_commit, attempt, req.target_branch, before_job=True
+            )
             raise PublishFenceError(f"before the job, nothing was run: {message}")
         superseded = supersedes(self.run_state, target_head, early)
         if superseded is not None:

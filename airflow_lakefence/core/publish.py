@@ -227,6 +227,7 @@ class Publisher:
         if decision.action is Action.FAIL_CLOSED:
             # The job ran: only the publication is refused (its output stays as evidence).
             message = fail_closed_message(
+                decision.code,
                 head,
                 input_commit,
                 attempt,

@@ -124,3 +124,17 @@ def test_decision_properties_over_a_grid() -> None:
             assert decision.action is Action.FAIL_CLOSED, (case, decision.reason)
             assert decision.output_ref is None
         assert decision.reason
+
+
+@pytest.mark.parametrize(("name", "state"), FAILS, ids=[f[0] for f in FAILS])
+def test_every_refusal_carries_a_code_that_the_advice_words(name: str, state: HeadState) -> None:
+    """One decision: the fence's code picks the message; the advice decides nothing of its own."""
+    from airflow_lakefence.core.advice import _MESSAGES, WHAT_TO_DO, fail_closed_message
+    from airflow_lakefence.core.fence import Reason
+
+    decision = decide_publish(state, INPUT, ME, True, C)
+    assert decision.code in _MESSAGES, decision
+    message = fail_closed_message(decision.code, state, INPUT, ME, "main", before_job=False, kept_in="s")
+    assert WHAT_TO_DO in message and state.commit_id in message
+    allowed = {decide_publish(s, INPUT, ME, ch, C).code for _, s, ch, _, _ in ROWS}
+    assert allowed.isdisjoint(_MESSAGES) and allowed <= set(Reason)
