@@ -25,7 +25,9 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import timedelta
+from pathlib import PurePath
 
 from airflow_lakefence.core.hardfence import ACTION_PATH, MAX_SCOPE_PREFIXES, scoped_merge_metadata
 from airflow_lakefence.core.keys import AttemptId
@@ -134,7 +136,7 @@ def _normalise_set(values: Sequence[str] | None, what: str) -> tuple[str, ...]:
         return ()
     if isinstance(values, str):
         raise InvalidInputError(f"{what} must be a list of path prefixes, not a string")
-    prefixes = [_normalise(v, what[:-2] if what.endswith("es") else what) for v in values]
+    prefixes = [_normalise(v, f"{what} entry") for v in values]
     ordered = sorted(prefixes)
     for i, prefix in enumerate(ordered):
         for other in ordered[i + 1 :]:
@@ -149,18 +151,25 @@ def _normalise_set(values: Sequence[str] | None, what: str) -> tuple[str, ...]:
 
 
 def rendered_at_run_time(value: object) -> bool:
-    """Whether a declared prefix set is only known at run time, so that checking it waits for the try.
+    """Whether an argument is only known at run time, so that checking it waits for the try.
 
-    :param value: what the DAG author passed: ``None``, a string, a list of strings, or anything else
-        (an XComArg, a value resolved at run time).
-    :returns: ``True`` for a Jinja string, a list holding one or a non-string, or any other object.
+    :param value: what the DAG author passed.
+    :returns: ``True`` for a Jinja string, a collection or dataclass holding one, or an object that is
+        none of: ``None``, a string, a number, a bool, a duration, a path, a callable, a list, tuple,
+        set or mapping of such values, a dataclass of them (an XComArg, say, resolved in the try).
     """
-    if value is None:
+    if value is None or isinstance(value, (bool, int, float, timedelta, PurePath)):
         return False
     if isinstance(value, str):
         return "{{" in value or "{%" in value
-    if isinstance(value, (list, tuple)):
-        return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(rendered_at_run_time(v) for v in value)
+    if isinstance(value, Mapping):
+        return any(rendered_at_run_time(k) or rendered_at_run_time(v) for k, v in value.items())
+    if is_dataclass(value) and not isinstance(value, type):
+        return any(rendered_at_run_time(getattr(value, f.name)) for f in fields(value))
+    if isinstance(value, enum.Enum) or (callable(value) and not hasattr(value, "resolve")):
+        return False
     return True
 
 

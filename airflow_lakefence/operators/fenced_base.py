@@ -20,18 +20,16 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
-from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
+from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.engine import (
-    HARD_FENCE_MODES,
     PublishEngine,
     PublishRequest,
     PublishResult,
     seconds,
 )
 from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope, rendered_at_run_time
-from airflow_lakefence.exceptions import InvalidInputError, JobError, PublishBudgetError
+from airflow_lakefence.core.scope import Scope, parse_scope
+from airflow_lakefence.exceptions import InvalidInputError, JobError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
@@ -173,24 +171,6 @@ class FencedPublishOperatorBase(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if write_mode not in ("direct", "workspace"):
-            raise InvalidInputError(f"write_mode must be one of ('direct', 'workspace'), got {write_mode!r}")
-        if read_only and (output_prefixes or commit_message or commit_metadata or publish_budget is not None):
-            raise InvalidInputError(
-                "read_only=True writes nothing: output_prefixes, commit_message, commit_metadata and "
-                "publish_budget do not apply"
-            )
-        try:
-            validate_staging_prefix(staging_branch_prefix)
-        except ValueError as exc:
-            raise InvalidInputError(str(exc)) from exc
-        self.publish_budget = seconds(publish_budget, "publish_budget")
-        seconds(stale_grace_period, "stale_grace_period")
-        timeout = seconds(self.execution_timeout, "execution_timeout")
-        if self.publish_budget is not None and timeout is not None and self.publish_budget >= timeout:
-            raise PublishBudgetError(
-                f"publish_budget {self.publish_budget}s does not fit in execution_timeout {timeout}s"
-            )
         self.repository = repository
         self.target_branch = target_branch
         self.input_ref = input_ref
@@ -206,17 +186,15 @@ class FencedPublishOperatorBase(BaseOperator):
         self.workspace_check = workspace_check
         self.allow_empty_workspace = allow_empty_workspace
         self.stale_grace_period = stale_grace_period
-        if hard_fence not in HARD_FENCE_MODES:
-            raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {hard_fence!r}")
         self.hard_fence = hard_fence
         self.replace_by_merge = replace_by_merge
-        if read_only and (fence_scope != "branch" or input_prefixes):
-            raise InvalidInputError("read_only=True publishes nothing: fence_scope and input_prefixes do not apply")
-        _check_scope(fence_scope, output_prefixes, input_prefixes, output_tables)
         self.fence_scope = fence_scope
         self.input_prefixes = input_prefixes
-        self.output_tables = list(output_tables) if output_tables is not None else None
-        self._check_tables_at_parse_time()
+        self.output_tables = list(output_tables) if isinstance(output_tables, (list, tuple)) else output_tables
+        self.publish_budget = publish_budget
+        # Fail when the DAG file is parsed, not in the worker, for every value already known: the
+        # same validator runs again in each try on the rendered values.
+        self._request(self.output_tables).validated(parse_time=True)
         self._fence: AttemptFence | None = None
         self._outcome: PublishResult | None = None
         # Declared as they are, so Airflow knows this task produces them (the Assets view, the
@@ -225,26 +203,39 @@ class FencedPublishOperatorBase(BaseOperator):
             o for o in self.outlets if isinstance(o, Asset) and o.uri.startswith(f"{lakefs_assets.SCHEME}://")
         ]
 
-    def _check_tables_at_parse_time(self) -> None:
-        """Refuse at DAG parse time what ``PublishRequest.validated`` would refuse in every try."""
-        if not self.output_tables:
-            return
-        if self.read_only:
-            raise InvalidInputError("read_only=True writes nothing: output_tables does not apply")
-        if self.write_mode != "direct":
-            raise InvalidInputError(
-                "output_tables need write_mode='direct': Delta appends to a table's log where it lies (on the "
-                "staging branch), and a workspace upload would start a new table at version 0"
-            )
-        values = [t.root if isinstance(t, DeltaTableOutput) else t for t in self.output_tables]
-        values += list(self.output_prefixes or []) if not isinstance(self.output_prefixes, str) else []
-        if not any(isinstance(v, str) and "{{" in v for v in values):
-            check_output_mode(self.output_mode, self.output_prefixes, normalise_table_roots(self.output_tables))
+    def _request(self, output_tables: Sequence[DeltaTableOutput | str] | None) -> PublishRequest:
+        """This task's arguments as the engine's request (rendered once the task runs).
 
-    def _rendered_tables(self, context: Any) -> list[DeltaTableOutput | str] | None:
+        :param output_tables: the declared tables (with their roots rendered, in the try).
+        """
+        return PublishRequest(
+            repository=self.repository,
+            target_branch=self.target_branch,
+            input_ref=self.input_ref,
+            write_mode=self.write_mode,
+            read_only=self.read_only,
+            output_prefixes=self.output_prefixes,
+            output_mode=self.output_mode,
+            commit_message=self.commit_message,
+            commit_metadata=self.commit_metadata,
+            staging_prefix=self.staging_branch_prefix,
+            workspace_dir=self.workspace_dir,
+            workspace_check=self.workspace_check,
+            allow_empty_workspace=self.allow_empty_workspace,
+            publish_budget=seconds(self.publish_budget, "publish_budget"),
+            hard_fence=self.hard_fence,
+            replace_by_merge=self.replace_by_merge,
+            fence_scope=self.fence_scope,
+            input_prefixes=self.input_prefixes,
+            output_tables=output_tables,
+            execution_timeout=seconds(self.execution_timeout, "execution_timeout"),
+            stale_grace_period=self.stale_grace_period,
+        )
+
+    def _rendered_tables(self, context: Any) -> Sequence[DeltaTableOutput | str] | None:
         """The declared tables with their roots rendered (a ``DeltaTableOutput`` is not templated by Airflow)."""
-        if self.output_tables is None:
-            return None
+        if not isinstance(self.output_tables, (list, tuple)):
+            return self.output_tables  # None, or a value the validator refuses
         return [
             dataclasses.replace(t, root=self.render_template(t.root, context)) if isinstance(t, DeltaTableOutput) else t
             for t in self.output_tables
@@ -282,29 +273,12 @@ class FencedPublishOperatorBase(BaseOperator):
         :param context: the Airflow context.
         :raises LakeFenceError: a subclass naming the failure; nothing half-published.
         """
+        # The parse-time validator again, now on the rendered values, before any connection is read.
+        request = self._request(self._rendered_tables(context))
+        request.validated()
         timeout = seconds(self.execution_timeout, "execution_timeout")
-        request = PublishRequest(
-            repository=self.repository,
-            target_branch=self.target_branch,
-            input_ref=self.input_ref,
-            write_mode=self.write_mode,
-            read_only=self.read_only,
-            output_prefixes=self.output_prefixes,
-            output_mode=self.output_mode,
-            commit_message=self.commit_message,
-            commit_metadata=self.commit_metadata,
-            staging_prefix=self.staging_branch_prefix,
-            workspace_dir=self.workspace_dir,
-            workspace_check=self.workspace_check,
-            allow_empty_workspace=self.allow_empty_workspace,
-            publish_budget=self.publish_budget,
-            hard_fence=self.hard_fence,
-            replace_by_merge=self.replace_by_merge,
-            fence_scope=self.fence_scope,
-            input_prefixes=self.input_prefixes,
-            output_tables=self._rendered_tables(context),
-            deadline=None if timeout is None else time.monotonic() + timeout,
-        )
+        if timeout is not None:
+            request = dataclasses.replace(request, deadline=time.monotonic() + timeout)
         fence = self._fence = AttemptFence(context, grace_period=self.stale_grace_period)
         engine = PublishEngine(
             self.lakefs,
@@ -427,23 +401,3 @@ class FencedPublishOperatorBase(BaseOperator):
             return self._lineage(outcome.input_ref, None)
         return self._lineage(outcome.input_ref, outcome.output_ref, outcome.delta_versions)
 
-
-def _check_scope(fence_scope: str, output_prefixes: Any, input_prefixes: Any, output_tables: Any = None) -> None:
-    """Refuse at parse time a scope that can never work; templated values are checked when rendered.
-
-    Declared Delta tables join the write set in the try (``PublishRequest.validated``), so the scoped
-    mode with tables only is accepted here.
-
-    :raises InvalidInputError: for an unknown mode, the scoped mode without output prefixes or tables,
-        or literal prefixes that nest, overlap or are not object paths.
-    """
-
-    if fence_scope not in tuple(ScopeMode):
-        raise InvalidInputError(f"fence_scope must be 'branch' or 'prefixes', got {fence_scope!r}")
-    if fence_scope == ScopeMode.PREFIXES and not output_prefixes and not output_tables:
-        parse_scope(output_prefixes, input_prefixes, fence_scope)  # raises: the write set is missing
-    if rendered_at_run_time(output_prefixes) or rendered_at_run_time(input_prefixes):
-        return
-    if fence_scope == ScopeMode.PREFIXES and not output_prefixes:
-        return  # the write set is the declared tables' roots, joined and checked in the try
-    parse_scope(output_prefixes, input_prefixes, fence_scope)

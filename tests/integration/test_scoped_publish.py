@@ -435,7 +435,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             fence_scope="prefixes",
@@ -444,7 +444,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             fence_scope="prefixes",
@@ -455,7 +455,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             input_prefixes=["d/"],
