@@ -151,12 +151,13 @@ def test_spark_log_level_reaches_the_job_unless_conf_or_none_says_otherwise(
     kwargs: dict[str, Any], level: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     confs: list[dict[str, Any]] = []
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(dict(self.conf or {})))
+    # What the provider's execute does with the task: build its hook through _get_hook, submit with it.
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(self._get_hook()._conf))
     task = FencedSparkPublishOperator(
         task_id="publish",
         application="job.py",
         conn_id="spark_local",
-        repository="r",
+        repository="lake",
         target_branch="main",
         input_ref="main",
         **kwargs,
@@ -173,7 +174,7 @@ def test_a_spark_log_level_spark_does_not_know_is_refused_at_parse_time() -> Non
         FencedSparkPublishOperator(
             task_id="publish",
             application="job.py",
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             spark_log_level="VERBOSE",
