@@ -75,6 +75,40 @@ def normalise_prefixes(prefixes: Sequence[str] | None) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class PublishOptions:
+    """The expert knobs of a fenced publication, grouped out of the operator's signature.
+
+    The defaults fit most DAGs; pass ``options=PublishOptions(...)`` to the operator or decorator.
+    One object may serve many tasks: the operator never changes it (``workspace_dir`` is rendered
+    into the task's own copy).
+
+    :param hard_fence: ``off``, ``auto`` or ``require``: rely on the hard fence (a lakeFS pre-merge
+        hook installed with ``python -m airflow_lakefence.hardfence install``) when the input commit
+        carries it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
+    :param publish_budget: refuse to start publishing when less of ``execution_timeout`` remains
+        (a ``timedelta`` or seconds; smaller than ``execution_timeout``).
+    :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
+        (always done on a protected target).
+    :param workspace_dir: the parent of the per-attempt workspace (templated); a temporary directory
+        when ``None``.
+    :param workspace_check: a callable given the workspace ``Path`` after the job; raising rejects
+        the output (workspace mode).
+    :param allow_empty_workspace: accept a job that wrote no file (then nothing is published).
+    :param staging_branch_prefix: the first part of staging branch names.
+    :param stale_grace_period: seconds to wait for the supervisor's kill when the attempt is stale.
+    """
+
+    hard_fence: str = "off"
+    publish_budget: timedelta | float | None = None
+    replace_by_merge: bool = False
+    workspace_dir: str | None = None
+    workspace_check: Callable[[Path], None] | None = None
+    allow_empty_workspace: bool = False
+    staging_branch_prefix: str = "lakefence"
+    stale_grace_period: float = 15.0
+
+
+@dataclass(frozen=True)
 class PublishRequest:
     """What one attempt is asked to do (the adapter's rendered arguments).
 

@@ -17,7 +17,8 @@ from airflow.sdk import DAG
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.request import PublishRequest
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFenceError, PublishBudgetError
-from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator
+from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator, PublishOptions
+from airflow_lakefence.operators.fenced_base import OPTION_NAMES
 
 BASE: dict[str, Any] = {"task_id": "t", "repository": "lake", "target_branch": "main", "input_ref": "main"}
 TABLE = DeltaTableOutput("tables/events")
@@ -90,12 +91,18 @@ TEMPLATED = {
 }
 
 
+def _grouped(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The expert knobs inside ``options``, as a DAG author passes them."""
+    knobs = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
+    return {**kwargs, "options": PublishOptions(**knobs)} if knobs else kwargs
+
+
 def _spark(**kwargs: Any) -> FencedSparkPublishOperator:
-    return FencedSparkPublishOperator(application="job.py", **{**BASE, **kwargs})
+    return FencedSparkPublishOperator(application="job.py", **_grouped({**BASE, **kwargs}))
 
 
 def _python(**kwargs: Any) -> FencedPythonPublishOperator:
-    return FencedPythonPublishOperator(python_callable=lambda: None, **{**BASE, **kwargs})
+    return FencedPythonPublishOperator(python_callable=lambda: None, **_grouped({**BASE, **kwargs}))
 
 
 def _refusal(build: Any, kwargs: dict[str, Any], error: type[LakeFenceError]) -> str:
@@ -131,9 +138,20 @@ def test_a_templated_bad_value_is_refused_in_the_try_with_the_same_error(
         operator = _spark(**{**extra, name: template})  # accepted: only the try knows the value
     context: dict[str, Any] = {"bad": value}
     operator.render_template_fields(context)
+    assert operator.options.workspace_dir != value or name != "workspace_dir"  # a shared options object stays as given
     with pytest.raises(error) as info:
         operator.execute(context)  # refused before the lakeFS connection or the attempt fence is touched
     assert str(info.value) == at_parse_time
+
+
+@pytest.mark.parametrize(("name", "value", "extra", "error"), [b for b in BAD if b[0] in OPTION_NAMES])
+def test_the_old_one_by_one_spelling_of_a_knob_is_checked_the_same(
+    name: str, value: Any, extra: dict[str, Any], error: type[LakeFenceError]
+) -> None:
+    expected = _refusal(_spark, {**extra, name: value}, error)
+    with pytest.warns(DeprecationWarning), pytest.raises(error) as info:
+        FencedSparkPublishOperator(application="job.py", **BASE, **extra, **{name: value})
+    assert str(info.value) == expected
 
 
 def test_the_operator_and_the_engine_call_the_same_validator(monkeypatch: pytest.MonkeyPatch) -> None:
