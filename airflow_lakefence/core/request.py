@@ -252,7 +252,7 @@ class PublishRequest:
         scope = parse_scope(write_set, self.input_prefixes, self.fence_scope)
         if scope is not None:
             # The scoped fence covers the table roots too; file-level output rules never apply to them.
-            prefixes = tuple(p for p in scope.write if p not in table_only)
+            prefixes = tuple(p for p in scope.output_prefixes if p not in table_only)
         else:
             prefixes = normalise_prefixes(self.output_prefixes)
         if known("output_mode"):

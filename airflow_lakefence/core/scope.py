@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import timedelta
@@ -78,12 +79,24 @@ class ScopeMode(enum.StrEnum):
 class Scope:
     """A publication's declared scope, normalised (every prefix ends with ``/``).
 
-    :param write: the write set (``output_prefixes``), sorted, none nested in another.
-    :param read: the read set (``input_prefixes``), sorted, none nested in another.
+    :param output_prefixes: the write set, sorted, none nested in another.
+    :param input_prefixes: the read set, sorted, none nested in another.
     """
 
-    write: tuple[str, ...]
-    read: tuple[str, ...] = ()
+    output_prefixes: tuple[str, ...]
+    input_prefixes: tuple[str, ...] = ()
+
+    @property
+    def write(self) -> tuple[str, ...]:
+        """Deprecated spelling of :attr:`output_prefixes` (one release)."""
+        warnings.warn("Scope.write is deprecated: use Scope.output_prefixes", DeprecationWarning, stacklevel=2)
+        return self.output_prefixes
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        """Deprecated spelling of :attr:`input_prefixes` (one release)."""
+        warnings.warn("Scope.read is deprecated: use Scope.input_prefixes", DeprecationWarning, stacklevel=2)
+        return self.input_prefixes
 
     @property
     def fenced(self) -> tuple[str, ...]:
@@ -92,7 +105,7 @@ class Scope:
         A read prefix inside a write prefix adds nothing (the write prefix is checked); a read prefix
         containing write prefixes replaces them.
         """
-        every = sorted(set(self.write) | set(self.read))
+        every = sorted(set(self.output_prefixes) | set(self.input_prefixes))
         return tuple(p for p in every if not any(q != p and p.startswith(q) for q in every))
 
     def writes(self, path: str) -> str | None:
@@ -100,7 +113,7 @@ class Scope:
 
         :param path: an object path.
         """
-        return next((w for w in self.write if path.startswith(w)), None)
+        return next((w for w in self.output_prefixes if path.startswith(w)), None)
 
     def merge_metadata(self, expected_base: str) -> dict[str, str]:
         """The scoped merge's metadata for the hard fence (the expected base and :attr:`fenced`).
@@ -215,7 +228,7 @@ def parse_scope(
                 f"output prefix {prefix!r} covers {_ACTIONS_DIR}: a publication must not rewrite lakeFS actions "
                 "(the hard fence lives there)"
             )
-    scope = Scope(write, read)
+    scope = Scope(output_prefixes=write, input_prefixes=read)
     if len(scope.fenced) > MAX_SCOPE_PREFIXES:
         raise InvalidInputError(
             f"the scope names {len(scope.fenced)} prefixes, more than {MAX_SCOPE_PREFIXES}: declare common "
@@ -472,7 +485,7 @@ def decide_own_history(
         )
     staged = [c for c, a, revert in own if a.try_number == newest_try and not revert]
     unwind = staged[0].id if staged else None
-    check = tuple((unwind or input_ref, w) for w in scope.write)
+    check = tuple((unwind or input_ref, w) for w in scope.output_prefixes)
     if changed:
         return OwnHistoryDecision(
             ScopedAction.REPLACE,

@@ -378,8 +378,8 @@ class FencedPublishOperatorBase(BaseOperator):
                 decision=result.decision,
                 prefix=prefix,
                 delta_versions=result.delta_versions,
-                write_prefixes=scope.write if scope is not None else (),
-                read_prefixes=scope.read if scope is not None else (),
+                output_prefixes=scope.output_prefixes if scope is not None else (),
+                input_prefixes=scope.input_prefixes if scope is not None else (),
             )
             if result.supersedes is not None:
                 # Consumers of the replaced publication's event learn it is no longer on the branch.
@@ -409,10 +409,10 @@ class FencedPublishOperatorBase(BaseOperator):
             input_ref=self.input_ref,
             input_commit=input_commit,
             target_branch=self.target_branch,
-            output_prefixes=scope.write if scope is not None else normalise_prefixes(self.output_prefixes),
+            output_prefixes=scope.output_prefixes if scope is not None else normalise_prefixes(self.output_prefixes),
             output_commit=output_commit,
             delta_versions=delta_versions,
-            input_prefixes=scope.read if scope is not None else (),
+            input_prefixes=scope.input_prefixes if scope is not None else (),
         )
 
     def _scope(self) -> Scope | None:
