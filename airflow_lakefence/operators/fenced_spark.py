@@ -88,8 +88,9 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     XCom: ``output_ref`` (also the return value), ``staged_commit``, ``decision``, ``input_ref``
     (the resolved commit id) and ``staging_branch``.
 
-    The lakeFS arguments (``repository``, ``target_branch``, ``input_ref``, ``write_mode``...) are
-    those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
+    The lakeFS arguments (``repository``, ``target_branch``, ``output_prefixes``, ``input_ref``,
+    ``options``...) are those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`;
+    the common case needs ``application``, ``repository``, ``target_branch`` and ``output_prefixes``.
 
     :param s3a: read and write lakeFS through its S3 gateway: adds the ``hadoop-aws`` package that
         matches the installed PySpark's Hadoop (resolved by Spark's ``--packages`` from Maven) and
@@ -102,8 +103,9 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         ``WARN`` keeps Spark's INFO chatter out of the task log (the provider streams every line
         spark-submit prints into it); ``None`` leaves Spark's log4j configuration alone.
     :param kwargs: those, and everything :class:`SparkSubmitOperator` takes (``application``,
-        ``conn_id``, ``conf``, ``env_vars``...). ``durable`` is forced off: each attempt runs its
-        own job into its own staging branch.
+        ``conn_id`` (default ``spark_default``), ``conf``, ``env_vars``...). ``durable`` is forced off:
+        each attempt runs its own job into its own staging branch. ``conf``, ``env_vars`` and
+        ``packages`` are never changed: the attempt's additions go to the hook (:meth:`_get_hook`).
     :raises InvalidInputError: at DAG parse time, for arguments that can never work (an S3AConfigError
         for a pinned ``hadoop-aws`` that does not match PySpark's Hadoop; a bad Secret name).
     """

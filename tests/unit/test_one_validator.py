@@ -18,7 +18,7 @@ from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.request import PublishRequest
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFenceError, PublishBudgetError
 from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator, PublishOptions
-from airflow_lakefence.operators.fenced_base import OPTION_NAMES
+from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, OPTION_NAMES
 
 BASE: dict[str, Any] = {"task_id": "t", "repository": "lake", "target_branch": "main", "input_ref": "main"}
 TABLE = DeltaTableOutput("tables/events")
@@ -78,17 +78,7 @@ BAD: list[tuple[str, Any, dict[str, Any], type[LakeFenceError]]] = [
 ]
 IDS = [f"{name}={value!r}{'+' + ','.join(extra) if extra else ''}"[:80] for name, value, extra, _ in BAD]
 #: The parameters the operator renders (Jinja) before the try: a templated bad value is refused in the try.
-TEMPLATED = {
-    "repository",
-    "target_branch",
-    "input_ref",
-    "workspace_dir",
-    "output_prefixes",
-    "input_prefixes",
-    "output_tables",
-    "commit_message",
-    "commit_metadata",
-}
+TEMPLATED = frozenset(FENCED_TEMPLATE_FIELDS)
 
 
 def _grouped(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -178,3 +168,18 @@ def test_good_templated_values_pass_at_parse_time() -> None:
         write_mode="direct",
     )
     assert operator.fence_scope == "prefixes"
+
+
+def test_a_bad_value_is_a_dag_import_error_naming_it(tmp_path: Any) -> None:
+    from airflow.models.dagbag import DagBag
+
+    (tmp_path / "bad_dag.py").write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_lakefence.operators import FencedSparkPublishOperator\n"
+        "with DAG('bad', schedule=None):\n"
+        "    FencedSparkPublishOperator(task_id='t', application='a.py', repository='lake',\n"
+        "                               target_branch='main', output_mode='replcae')\n"
+    )
+    bag = DagBag(dag_folder=str(tmp_path))
+    (error,) = bag.import_errors.values()
+    assert "InvalidInputError" in error and "output_mode must be 'replace' or 'upsert', got 'replcae'" in error
