@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "FencedSparkPublishOperator": "airflow_lakefence.operators.fenced_spark",
     "FencedPythonPublishOperator": "airflow_lakefence.operators.fenced_python",
+    "PublishOptions": "airflow_lakefence.core.request",
     "LakeFSResolveRefOperator": "airflow_lakefence.operators.resolve_ref",
     "LakeFSStagingCleanupOperator": "airflow_lakefence.operators.cleanup",
     "AbandonedPublicationSensor": "airflow_lakefence.sensors.abandoned",

@@ -80,6 +80,14 @@ def create_asset(*, repository: str, branch: str, prefix: str = "", extra: dict[
     return Asset(uri=urllib.parse.urlunsplit(sanitize_uri(urllib.parse.urlsplit(uri))), extra=extra or {})
 
 
+#: Keys of the scope in asset event extras before this release, written too until the next one.
+DEPRECATED_EXTRA_KEYS = {
+    "write_prefixes": "output_prefixes",
+    "read_prefixes": "input_prefixes",
+    "write_uris": "output_uris",
+}
+
+
 def event_extra(
     *,
     repository: str,
@@ -89,15 +97,17 @@ def event_extra(
     decision: str,
     prefix: str,
     delta_versions: Mapping[str, int | None] | None = None,
-    write_prefixes: Sequence[str] = (),
-    read_prefixes: Sequence[str] = (),
+    output_prefixes: Sequence[str] = (),
+    input_prefixes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The extra of the asset event of one publication: enough to read exactly what was published.
 
-    A scoped publication (``write_prefixes`` given) shares the branch with other writers: the
+    A scoped publication (``output_prefixes`` given) shares the branch with other writers: the
     output commit holds their data beside its own, so the extra also names the publication's scope
-    (``fence_scope: "prefixes"``, ``write_prefixes``, ``read_prefixes``) and ``write_uris``, one
-    ``lakefs://<repository>/<output_ref>/<prefix>`` per write prefix: exactly what it changed.
+    (``fence_scope: "prefixes"``, ``output_prefixes``, ``input_prefixes``) and ``output_uris``, one
+    ``lakefs://<repository>/<output_ref>/<prefix>`` per output prefix: exactly what it changed.
+    Until the next release the same lists are also under the keys earlier releases used
+    (``write_prefixes``, ``read_prefixes``, ``write_uris``; deprecated), for consumers not yet moved.
 
     :param repository: the repository.
     :param output_ref: the published commit.
@@ -108,8 +118,8 @@ def event_extra(
     :param delta_versions: the declared Delta tables' roots and versions at ``output_ref``: the
         tables inside the asset's prefix are named under ``delta_versions``; an asset that *is* one
         table also gets ``delta_table`` and ``delta_version``.
-    :param write_prefixes: a scoped publication's write set (normalised); empty in the branch-wide mode.
-    :param read_prefixes: a scoped publication's read set (normalised).
+    :param output_prefixes: a scoped publication's write set (normalised); empty in the branch-wide mode.
+    :param input_prefixes: a scoped publication's read set (normalised).
     """
     extra: dict[str, Any] = {
         "output_ref": output_ref,
@@ -118,11 +128,13 @@ def event_extra(
         "decision": decision,
         "commit_uri": f"{SCHEME}://{repository}/{output_ref}/{prefix}".rstrip("/"),
     }
-    if write_prefixes:
+    if output_prefixes:
         extra["fence_scope"] = "prefixes"
-        extra["write_prefixes"] = list(write_prefixes)
-        extra["read_prefixes"] = list(read_prefixes)
-        extra["write_uris"] = [f"{SCHEME}://{repository}/{output_ref}/{w.strip('/')}" for w in write_prefixes]
+        extra["output_prefixes"] = list(output_prefixes)
+        extra["input_prefixes"] = list(input_prefixes)
+        extra["output_uris"] = [f"{SCHEME}://{repository}/{output_ref}/{w.strip('/')}" for w in output_prefixes]
+        for old, new in DEPRECATED_EXTRA_KEYS.items():
+            extra[old] = extra[new]
     norm = prefix.strip("/") + "/" if prefix.strip("/") else ""
     inside = {root: v for root, v in (delta_versions or {}).items() if root.startswith(norm)}
     if inside:

@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset
 
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package
-from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator, PublishOptions
 from airflow_lakefence.spark import JobEnvironmentError
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
@@ -59,7 +59,6 @@ with DAG(
     events = FencedSparkPublishOperator(
         task_id="events",
         application=str(Path(__file__).parent / "jobs" / "delta_events.py"),
-        conn_id="spark_default",
         repository=REPOSITORY,
         target_branch=TARGET,
         input_ref=resolve_input.output,
@@ -73,11 +72,10 @@ with DAG(
         outlets=[Asset(f"lakefs://{REPOSITORY}/{TARGET}/{EVENTS.root}")],
         depends_on_past=True,
         pool=f"lakefs_{REPOSITORY}_{TARGET}",
-        max_active_tis_per_dag=1,
         retries=2,
         retry_delay=timedelta(seconds=10),
         execution_timeout=timedelta(minutes=30),
-        publish_budget=timedelta(minutes=2),
+        options=PublishOptions(publish_budget=timedelta(minutes=2)),
         conf={
             **DELTA_SESSION_CONF,
             "spark.ui.enabled": "false",

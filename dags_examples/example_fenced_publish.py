@@ -1,6 +1,6 @@
 """Example: a daily aggregate published into lakeFS by a fenced PySpark job.
 
-resolve the input once -> fenced PySpark job -> a downstream task that reads the published commit.
+fenced PySpark job (its input: main, pinned once per run) -> a downstream task that reads the published commit.
 
 Run it end to end on this machine with ``tox -e demo`` (local Spark, SQLite, the project's local
 lakeFS server). The repository name comes from ``LAKEFENCE_EXAMPLE_REPOSITORY``.
@@ -22,7 +22,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+from airflow_lakefence.operators import FencedSparkPublishOperator, PublishOptions
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
@@ -39,39 +39,27 @@ with DAG(
     catchup=False,
     tags=["lakefence", "example"],
 ) as dag:
-    # Pin the input once per run: every retry of the fenced task builds on the same commit. Runs
-    # resolve one after another (backfills too), each after the previous run published.
-    resolve_input = LakeFSResolveRefOperator(
-        task_id="resolve_input",
-        repository=REPOSITORY,
-        ref=TARGET,
-        depends_on_past=True,
-        wait_for_downstream=True,
-    )
-
     publish = FencedSparkPublishOperator(
         task_id="daily_counts",
         application=str(Path(__file__).parent / "jobs" / "daily_counts.py"),
-        conn_id="spark_default",
         repository=REPOSITORY,
+        # Also the input: the first try of a run pins main's HEAD, and every retry builds on that commit.
         target_branch=TARGET,
-        input_ref=resolve_input.output,
+        output_prefixes=[OUTPUT_PREFIX],
         # S3A: Spark writes into the attempt's staging branch itself; else a workspace is uploaded.
         write_mode="direct" if S3A else "workspace",
         s3a=S3A,
-        output_prefixes=[OUTPUT_PREFIX],
         # run_id, not ds: a run triggered without a logical date (the REST API default) has no ds.
         commit_message="daily counts, run {{ run_id }}",
         commit_metadata={"pipeline": "daily_counts"},
         outlets=[DAILY_COUNTS],
-        depends_on_past=True,
-        # One writer per target branch: a 1-slot pool per target and one active try per DAG.
+        # One writer per target branch: the operator lets one try of this DAG run at a time; every
+        # DAG that publishes into main also shares this 1-slot pool.
         pool=f"lakefs_{REPOSITORY}_{TARGET}",
-        max_active_tis_per_dag=1,
         retries=2,
         retry_delay=timedelta(seconds=10),
         execution_timeout=timedelta(minutes=30),
-        publish_budget=timedelta(minutes=2),
+        options=PublishOptions(publish_budget=timedelta(minutes=2)),
         conf={
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",

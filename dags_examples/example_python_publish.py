@@ -1,6 +1,6 @@
 """Example: a pandas aggregate published into lakeFS by a fenced TaskFlow task (no Spark).
 
-resolve the input once -> ``@task.lakefs_publish`` function (pandas) -> a task reading the commit.
+``@task.lakefs_publish`` function (pandas; its input: main, pinned once per run) -> a task reading the commit.
 
 The function reads the pinned input commit and writes parquet files into its workspace; the
 operator uploads them into a private staging branch and publishes them into ``main`` with the same
@@ -19,8 +19,6 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_lakefence.operators import LakeFSResolveRefOperator
-
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 TARGET = "main"
 OUTPUT_PREFIX = "tables/users_per_day/"
@@ -33,18 +31,15 @@ with DAG(
     catchup=False,
     tags=["lakefence", "example"],
 ) as dag:
-    resolve_input = LakeFSResolveRefOperator(task_id="resolve_input", repository=REPOSITORY, ref=TARGET)
-
     @task.lakefs_publish(
         repository=REPOSITORY,
-        target_branch=TARGET,
+        target_branch=TARGET,  # also the input: main's HEAD, pinned by the run's first try
         output_prefixes=[OUTPUT_PREFIX],
         commit_message="users per day, run {{ run_id }}",
         commit_metadata={"pipeline": "users_per_day"},
         outlets=[USERS_PER_DAY],
-        # One writer per target branch: a 1-slot pool per target and one active try per DAG.
+        # One writer per target branch: every DAG that publishes into main shares this 1-slot pool.
         pool=f"lakefs_{REPOSITORY}_{TARGET}",
-        max_active_tis_per_dag=1,
         retries=2,
         retry_delay=timedelta(seconds=10),
     )
@@ -64,7 +59,7 @@ with DAG(
         out.mkdir(parents=True)
         users.to_parquet(out / "part-00000.parquet", index=False)
 
-    publish = users_per_day.override(input_ref=resolve_input.output)()
+    publish = users_per_day()
 
     @task
     def report(output_ref: str) -> dict[str, int]:

@@ -324,8 +324,6 @@ def _task_story(dag_run: Any) -> list[str]:
                     f"decision {mine['decision']}: published {str(mine.get('output_ref'))[:12]}"
                     f" (staged {str(mine.get('staged_commit'))[:12]}) on main, try {ti.try_number}"
                 )
-            elif ti.task_id == "resolve_input":
-                what = f"pinned main at {str(mine.get('return_value'))[:12]}"
             elif ti.task_id == "main_settled":
                 what = "main settled: its HEAD is no abandoned publication"
             elif ti.task_id == "report" and isinstance(mine.get("return_value"), dict):

@@ -146,7 +146,7 @@ class Judgement:
     :param retry_pending: an abandoned HEAD that Airflow is about to retry or rerun (the next try
         replaces it, or relocates the target to the input).
     :param replacement_running: an abandoned HEAD whose replacement try is running now.
-    :param write_prefixes: the watched write set of a scoped question (empty: HEAD was judged);
+    :param output_prefixes: the watched write set of a scoped question (empty: HEAD was judged);
         then ``head`` is the newest commit that changed a path under it (``None``: none did).
     :param publication: the publication (merge) commit standing for the judged one, when known:
         HEAD itself in the branch-wide question; in the scoped one the ``output_ref`` that stands
@@ -161,7 +161,7 @@ class Judgement:
     output_ref: str | None = None
     retry_pending: bool = False
     replacement_running: bool = False
-    write_prefixes: tuple[str, ...] = ()
+    output_prefixes: tuple[str, ...] = ()
     publication: str | None = None
 
     @property
@@ -186,8 +186,8 @@ class Judgement:
             "replacement_running": self.replacement_running,
             "publication": self.publication,
         }
-        if self.write_prefixes:
-            result["write_prefixes"] = list(self.write_prefixes)
+        if self.output_prefixes:
+            result["output_prefixes"] = list(self.output_prefixes)
         if self.record is not None:
             key = self.record.attempt.key
             result.update(
@@ -203,49 +203,49 @@ class Judgement:
         return result
 
 
-def describe_judged(commit_id: str, write_prefixes: tuple[str, ...] = ()) -> str:
+def describe_judged(commit_id: str, output_prefixes: tuple[str, ...] = ()) -> str:
     """How messages name the judged commit: HEAD, or the latest commit under the write set.
 
     :param commit_id: the judged commit.
-    :param write_prefixes: the watched write set (scoped), empty for HEAD.
+    :param output_prefixes: the watched write set (scoped), empty for HEAD.
     """
-    if not write_prefixes:
+    if not output_prefixes:
         return f"HEAD {commit_id}"
-    return f"the latest commit under {', '.join(write_prefixes)} ({commit_id})"
+    return f"the latest commit under {', '.join(output_prefixes)} ({commit_id})"
 
 
-def nothing_written(write_prefixes: tuple[str, ...]) -> Judgement:
+def nothing_written(output_prefixes: tuple[str, ...]) -> Judgement:
     """The scoped verdict when no commit on the branch ever changed the write set.
 
-    :param write_prefixes: the watched write set.
+    :param output_prefixes: the watched write set.
     """
     return Judgement(
         Verdict.NOT_A_PUBLICATION,
-        f"no commit on the branch changed a path under {', '.join(write_prefixes)}",
+        f"no commit on the branch changed a path under {', '.join(output_prefixes)}",
         None,
-        write_prefixes=write_prefixes,
+        output_prefixes=output_prefixes,
     )
 
 
 def publication_of(
-    head: HeadState, scope: PublisherScope | None = None, write_prefixes: tuple[str, ...] = ()
+    head: HeadState, scope: PublisherScope | None = None, output_prefixes: tuple[str, ...] = ()
 ) -> Judgement | LakeFenceRecord:
     """First step: the judged commit's record, or the final verdict when Airflow need not be asked.
 
-    :param head: the target branch's HEAD; or, with ``write_prefixes``, the newest commit that
+    :param head: the target branch's HEAD; or, with ``output_prefixes``, the newest commit that
         changed the write set.
     :param scope: restrict to one publisher; ``None`` for any.
-    :param write_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
+    :param output_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
     :return: the record to look up in Airflow, or a ``not_a_publication`` / ``out_of_scope`` judgement.
     """
-    what = describe_judged(head.commit_id, write_prefixes)
+    what = describe_judged(head.commit_id, output_prefixes)
     record = decode_metadata(head.metadata)
     if record is None:
         return Judgement(
             Verdict.NOT_A_PUBLICATION,
             f"{what} carries no lakefence record",
             head.commit_id,
-            write_prefixes=write_prefixes,
+            output_prefixes=output_prefixes,
         )
     if scope is not None and not scope.covers(record.attempt.key):
         return Judgement(
@@ -254,7 +254,7 @@ def publication_of(
             "outside the watched publisher",
             head.commit_id,
             record,
-            write_prefixes=write_prefixes,
+            output_prefixes=output_prefixes,
         )
     return record
 
@@ -317,26 +317,26 @@ def newest_try(branch_names: Iterable[str], key: PublicationKey, prefix: str) ->
 
 
 def judge(
-    head: HeadState, record: LakeFenceRecord, publisher: PublisherState, write_prefixes: tuple[str, ...] = ()
+    head: HeadState, record: LakeFenceRecord, publisher: PublisherState, output_prefixes: tuple[str, ...] = ()
 ) -> Judgement:
     """Second step: judge a publication from its task instance's state.
 
-    :param head: the target branch's HEAD; or, with ``write_prefixes``, the newest commit that
+    :param head: the target branch's HEAD; or, with ``output_prefixes``, the newest commit that
         changed the write set.
     :param record: its lakefence record (from :func:`publication_of`).
     :param publisher: what Airflow says about the publishing task instance.
-    :param write_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
+    :param output_prefixes: the watched write set (scoped publishers), empty to judge HEAD.
     :return: ``settled``, ``in_flight``, ``superseded`` or ``abandoned``.
     """
     key, try_number = record.attempt.key, record.attempt.try_number
     who = f"{key.dag_id}.{key.task_id}[{key.run_id}" + (f", map {key.map_index}]" if key.map_index >= 0 else "]")
-    what = f"{describe_judged(head.commit_id, write_prefixes)} (published by {who} try {try_number})"
+    what = f"{describe_judged(head.commit_id, output_prefixes)} (published by {who} try {try_number})"
     matches = (
         publisher.output_ref == head.commit_id if publisher.output_matches is None else publisher.output_matches
     )
     # The publication commit standing for the judged one: HEAD itself, or (scoped) the output_ref
     # of the try that stands behind it.
-    publication = head.commit_id if not write_prefixes else (publisher.output_ref if matches else None)
+    publication = head.commit_id if not output_prefixes else (publisher.output_ref if matches else None)
 
     def verdict(v: Verdict, reason: str, **flags: bool) -> Judgement:
         return Judgement(
@@ -346,13 +346,13 @@ def judge(
             record,
             publisher.state,
             publisher.output_ref,
-            write_prefixes=write_prefixes,
+            output_prefixes=output_prefixes,
             publication=publication,
             **flags,
         )
 
     def superseded_by(supersedes: Mapping[str, Any]) -> bool:
-        if not write_prefixes:
+        if not output_prefixes:
             return supersedes.get("output_ref") == head.commit_id
         # Scoped: the replaced publication is named by its try (same key), not by the judged commit.
         return supersedes.get("output_ref") is not None and supersedes.get("try_number") == try_number

@@ -54,7 +54,7 @@ from airflow_lakefence.core.metadata import (
     LakeFenceRecord,
     decode_metadata,
     encode_metadata,
-    write_set_of,
+    output_prefixes_of,
 )
 from airflow_lakefence.core.naming import (
     StagingBranchInfo,
@@ -108,7 +108,7 @@ class StagingBranch:
         (an unstaged branch points at its input commit, whose record, if any, is someone else's).
     :param evidence: the error named by an evidence marker on HEAD, if any.
     :param temporary: a merge-only replacement's temporary branch of the attempt (never evidence).
-    :param write_prefixes: a scoped attempt's write set, as its staged commit or evidence marker names it.
+    :param output_prefixes: a scoped attempt's write set, as its staged commit or evidence marker names it.
     """
 
     name: str
@@ -117,7 +117,7 @@ class StagingBranch:
     record: LakeFenceRecord | None = None
     evidence: str | None = None
     temporary: bool = False
-    write_prefixes: tuple[str, ...] = ()
+    output_prefixes: tuple[str, ...] = ()
 
 
 def inspect_branch(name: str, head: str, metadata: Mapping[str, str] | None, prefix: str) -> StagingBranch | None:
@@ -139,7 +139,7 @@ def inspect_branch(name: str, head: str, metadata: Mapping[str, str] | None, pre
     record = decode_metadata(metadata)
     if record is None or record.role != ROLE_STAGE or staging_branch_name(record.attempt, prefix) != name:
         return StagingBranch(name, head, info)
-    return StagingBranch(name, head, info, record, evidence_of(metadata), write_prefixes=write_set_of(metadata))
+    return StagingBranch(name, head, info, record, evidence_of(metadata), output_prefixes=output_prefixes_of(metadata))
 
 
 def known_keys(
@@ -166,7 +166,7 @@ class CleanupDecision:
     :param try_number: the try number from the name.
     :param evidence: the error an evidence marker names, if any.
     :param head: the branch's HEAD commit id.
-    :param write_prefixes: a scoped attempt's write set (empty when unknown or branch-wide).
+    :param output_prefixes: a scoped attempt's write set (empty when unknown or branch-wide).
     """
 
     branch: str
@@ -176,7 +176,7 @@ class CleanupDecision:
     try_number: int
     evidence: str | None
     head: str
-    write_prefixes: tuple[str, ...] = ()
+    output_prefixes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable description."""
@@ -191,8 +191,8 @@ class CleanupDecision:
             result.update(
                 dag_id=self.key.dag_id, run_id=self.key.run_id, task_id=self.key.task_id, map_index=self.key.map_index
             )
-        if self.write_prefixes:
-            result["write_prefixes"] = list(self.write_prefixes)
+        if self.output_prefixes:
+            result["output_prefixes"] = list(self.output_prefixes)
         return result
 
 
@@ -326,7 +326,7 @@ def plan_cleanup(
                 branch.info.try_number,
                 branch.evidence,
                 branch.head,
-                branch.write_prefixes,
+                branch.output_prefixes,
             )
         )
     return decisions

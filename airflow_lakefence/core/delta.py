@@ -173,7 +173,7 @@ def normalise_table_roots(tables: Sequence[DeltaTableOutput | str] | None) -> tu
     result: list[DeltaTableOutput] = []
     for table in (_as_output(t) for t in tables):
         if not isinstance(table.root, str) or not table.root.strip("/"):
-            raise InvalidInputError(f"table root {table.root!r} must be a non-empty path")
+            raise InvalidInputError(f"output_tables entry {table.root!r} must be a non-empty path")
         if table.format not in FORMATS:
             raise InvalidInputError(f"table {table.root!r}: format must be one of {FORMATS}, got {table.format!r}")
         if "_delta_log" in table.prefix.split("/"):
@@ -181,7 +181,8 @@ def normalise_table_roots(tables: Sequence[DeltaTableOutput | str] | None) -> tu
         for other in result:
             if table.prefix.startswith(other.prefix) or other.prefix.startswith(table.prefix):
                 raise InvalidInputError(
-                    f"table roots {other.root!r} and {table.root!r} overlap: a Delta table cannot contain another"
+                    f"output_tables entries {other.root!r} and {table.root!r} overlap: a Delta table cannot contain "
+                    "another"
                 )
         result.append(table)
     return tuple(result)

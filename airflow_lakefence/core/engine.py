@@ -28,7 +28,7 @@ from airflow_lakefence.core.fence import Action, decide_publish
 from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.core.metadata import write_set_metadata
+from airflow_lakefence.core.metadata import output_prefixes_metadata
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
 from airflow_lakefence.core.publish import Publisher, supersedes
@@ -217,7 +217,7 @@ class PublishEngine:
             req.repository,
             req.staging_prefix,
             self.log,
-            write_set_metadata(req.scope.write if req.scope is not None else ()),
+            output_prefixes_metadata(req.scope.output_prefixes if req.scope is not None else ()),
         )
         return guard, area, publisher, evidence
 

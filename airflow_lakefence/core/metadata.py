@@ -25,9 +25,11 @@ ROLE_STAGE = "stage"
 ROLE_PUBLISH = "publish"
 ROLES = frozenset({ROLE_STAGE, ROLE_PUBLISH})
 
-#: The write set of a scoped attempt (a JSON list of prefixes), on its staged commit and its evidence
-#: marker: the staging-branch cleaner names it.
-WRITE_SET_KEY = METADATA_PREFIX + "write_prefixes"
+#: The output prefixes (write set) of a scoped attempt (a JSON list), on its staged commit and its
+#: evidence marker: the staging-branch cleaner names them.
+OUTPUT_PREFIXES_KEY = METADATA_PREFIX + "output_prefixes"
+#: The key earlier releases wrote the same list under: still read, so their commits judge right.
+LEGACY_OUTPUT_PREFIXES_KEY = METADATA_PREFIX + "write_prefixes"
 
 _REQUIRED = ("version", "role", "dag_id", "run_id", "task_id", "map_index", "try_number", "ti_id", "input_ref")
 
@@ -102,21 +104,24 @@ def decode_metadata(metadata: Mapping[str, str] | None) -> LakeFenceRecord | Non
     )
 
 
-def write_set_metadata(write_prefixes: Sequence[str]) -> dict[str, str]:
-    """The metadata naming a scoped attempt's write set (empty for the branch-wide mode).
+def output_prefixes_metadata(output_prefixes: Sequence[str]) -> dict[str, str]:
+    """The metadata naming a scoped attempt's output prefixes (empty for the branch-wide mode).
 
-    :param write_prefixes: the normalised write set, empty when not scoped.
+    :param output_prefixes: the normalised write set, empty when not scoped.
     """
-    return {WRITE_SET_KEY: json.dumps(list(write_prefixes))} if write_prefixes else {}
+    return {OUTPUT_PREFIXES_KEY: json.dumps(list(output_prefixes))} if output_prefixes else {}
 
 
-def write_set_of(metadata: Mapping[str, str] | None) -> tuple[str, ...]:
-    """The write set a commit's metadata names (empty when it names none, or a malformed one).
+def output_prefixes_of(metadata: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The output prefixes a commit's metadata names (empty when it names none, or a malformed list).
+
+    Commits of earlier releases name them under :data:`LEGACY_OUTPUT_PREFIXES_KEY`.
 
     :param metadata: a commit's metadata.
     """
+    metadata = metadata or {}
     try:
-        value = json.loads((metadata or {}).get(WRITE_SET_KEY, "[]"))
+        value = json.loads(metadata.get(OUTPUT_PREFIXES_KEY, metadata.get(LEGACY_OUTPUT_PREFIXES_KEY, "[]")))
     except ValueError:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -142,7 +147,22 @@ def check_user_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
+#: Names of earlier releases (one release more, with a DeprecationWarning): old name -> new name.
+_RENAMED = {
+    "WRITE_SET_KEY": "LEGACY_OUTPUT_PREFIXES_KEY",
+    "write_set_metadata": "output_prefixes_metadata",
+    "write_set_of": "output_prefixes_of",
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warnings.warn(
+            f"airflow_lakefence.core.metadata.{name} is deprecated: use {_RENAMED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[_RENAMED[name]]
     # The spelling of earlier releases; the package spells its names LakeFence*.
     if name == "LakefenceRecord":
         warnings.warn(

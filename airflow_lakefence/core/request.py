@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from os import PathLike
 from pathlib import Path
 
 from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
@@ -24,8 +25,8 @@ from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.metadata import check_user_metadata
 from airflow_lakefence.core.naming import is_valid_branch_name, validate_staging_prefix
 from airflow_lakefence.core.ports import LakeFSPort
-from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope
-from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSNotFoundError
+from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope, rendered_at_run_time
+from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSNotFoundError, PublishBudgetError
 
 WRITE_MODES = ("direct", "workspace")
 #: ``replace``: after publishing, each declared output prefix holds exactly this attempt's output;
@@ -68,9 +69,43 @@ def normalise_prefixes(prefixes: Sequence[str] | None) -> tuple[str, ...]:
     result = []
     for prefix in prefixes:
         if not isinstance(prefix, str) or not prefix.strip("/"):
-            raise InvalidInputError(f"output prefix {prefix!r} must be a non-empty path")
+            raise InvalidInputError(f"output_prefixes entry {prefix!r} must be a non-empty path")
         result.append(prefix.strip("/") + "/")
     return tuple(result)
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    """The expert knobs of a fenced publication, grouped out of the operator's signature.
+
+    The defaults fit most DAGs; pass ``options=PublishOptions(...)`` to the operator or decorator.
+    One object may serve many tasks: the operator never changes it (``workspace_dir`` is rendered
+    into the task's own copy).
+
+    :param hard_fence: ``off``, ``auto`` or ``require``: rely on the hard fence (a lakeFS pre-merge
+        hook installed with ``python -m airflow_lakefence.hardfence install``) when the input commit
+        carries it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
+    :param publish_budget: refuse to start publishing when less of ``execution_timeout`` remains
+        (a ``timedelta`` or seconds; smaller than ``execution_timeout``).
+    :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
+        (always done on a protected target).
+    :param workspace_dir: the parent of the per-attempt workspace (templated); a temporary directory
+        when ``None``.
+    :param workspace_check: a callable given the workspace ``Path`` after the job; raising rejects
+        the output (workspace mode).
+    :param allow_empty_workspace: accept a job that wrote no file (then nothing is published).
+    :param staging_branch_prefix: the first part of staging branch names.
+    :param stale_grace_period: seconds to wait for the supervisor's kill when the attempt is stale.
+    """
+
+    hard_fence: str = "off"
+    publish_budget: timedelta | float | None = None
+    replace_by_merge: bool = False
+    workspace_dir: str | None = None
+    workspace_check: Callable[[Path], None] | None = None
+    allow_empty_workspace: bool = False
+    staging_branch_prefix: str = "lakefence"
+    stale_grace_period: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +141,8 @@ class PublishRequest:
     :param scope: the parsed scope (set by :meth:`validated` in the ``prefixes`` mode, else ``None``).
     :param output_tables: Delta tables the job writes (``DeltaTableOutput`` or root paths; direct mode
         only): their staged change must be Delta commits on from the input's (docs/delta.md).
+    :param execution_timeout: the task's timeout in seconds (``publish_budget`` must be smaller).
+    :param stale_grace_period: seconds the adapter waits for the supervisor's kill of a stale attempt.
     """
 
     repository: str
@@ -129,47 +166,106 @@ class PublishRequest:
     input_prefixes: Sequence[str] | None = None
     scope: Scope | None = None
     output_tables: Sequence[DeltaTableOutput | str] | None = None
+    execution_timeout: float | None = None
+    stale_grace_period: float = 15.0
 
-    def validated(self) -> PublishRequest:
-        """Step 1: check every value before any write; return the request with normalised prefixes.
+    def validated(self, *, parse_time: bool = False) -> PublishRequest:
+        """Step 1: check every value before any write; return the request with normalised values.
 
-        :raises InvalidInputError: (or :class:`InputRefError`) naming the bad value.
+        The one validator of a publication's arguments: the operator calls it when the DAG file is
+        parsed (``parse_time=True``: values rendered only when the task runs, Jinja strings or
+        XComArgs, are skipped, with every check that reads them) and the engine again in every try,
+        on the rendered values; the same bad value raises the same error at either moment.
+
+        :param parse_time: skip the values :func:`~airflow_lakefence.core.scope.rendered_at_run_time`
+            calls templated (and return the request as given).
+        :raises InvalidInputError: (:class:`InputRefError` for ``input_ref``, :class:`PublishBudgetError`
+            for a budget that does not fit in the timeout) naming the bad value and what to pass.
         """
-        if not isinstance(self.repository, str) or not _REPOSITORY_RE.fullmatch(self.repository):
-            raise InvalidInputError(f"repository {self.repository!r} is not a valid lakeFS repository name")
-        if not isinstance(self.target_branch, str) or not is_valid_branch_name(self.target_branch):
+        fields = dataclasses.fields(self)
+        later = {f.name for f in fields if parse_time and rendered_at_run_time(getattr(self, f.name))}
+
+        def known(*names: str) -> bool:
+            return not later.intersection(names)
+
+        if known("repository") and (
+            not isinstance(self.repository, str) or not _REPOSITORY_RE.fullmatch(self.repository)
+        ):
+            raise InvalidInputError(
+                f"repository {self.repository!r} is not a valid lakeFS repository name (3 to 63 characters: "
+                "lowercase letters, digits, '-')"
+            )
+        if known("target_branch") and (
+            not isinstance(self.target_branch, str) or not is_valid_branch_name(self.target_branch)
+        ):
             raise InvalidInputError(f"target_branch {self.target_branch!r} is not a valid lakeFS branch name")
-        if not isinstance(self.input_ref, str) or not _REF_RE.fullmatch(self.input_ref):
+        if known("input_ref") and (not isinstance(self.input_ref, str) or not _REF_RE.fullmatch(self.input_ref)):
             raise InputRefError(f"input_ref {self.input_ref!r} is not a ref (a commit id, branch or tag)")
-        if self.write_mode not in WRITE_MODES:
-            raise InvalidInputError(f"write_mode must be one of {WRITE_MODES}, got {self.write_mode!r}")
-        if self.output_mode not in OUTPUT_MODES:
-            raise InvalidInputError(f"output_mode must be one of {OUTPUT_MODES}, got {self.output_mode!r}")
-        if self.hard_fence not in HARD_FENCE_MODES:
-            raise InvalidInputError(f"hard_fence must be one of {HARD_FENCE_MODES}, got {self.hard_fence!r}")
+        for name, allowed in (
+            ("write_mode", WRITE_MODES),
+            ("output_mode", OUTPUT_MODES),
+            ("hard_fence", HARD_FENCE_MODES),
+            ("fence_scope", tuple(ScopeMode)),
+        ):
+            value = getattr(self, name)
+            if known(name) and value not in allowed:
+                choices = " or ".join(", ".join(repr(str(a)) for a in allowed).rsplit(", ", 1))
+                raise InvalidInputError(f"{name} must be {choices}, got {value!r}")
+        for name in ("read_only", "allow_empty_workspace", "replace_by_merge"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInputError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if known("commit_message") and self.commit_message is not None and not isinstance(self.commit_message, str):
+            raise InvalidInputError(f"commit_message must be a string, got {type(self.commit_message).__name__}")
+        if self.workspace_dir is not None and known("workspace_dir") and (
+            not isinstance(self.workspace_dir, (str, PathLike)) or not str(self.workspace_dir).strip()
+        ):
+            raise InvalidInputError(f"workspace_dir must be a directory path, got {self.workspace_dir!r}")
+        if self.workspace_check is not None and not callable(self.workspace_check):
+            raise InvalidInputError(f"workspace_check must be a callable, got {self.workspace_check!r}")
+        budget = seconds(self.publish_budget, "publish_budget")
+        timeout = seconds(self.execution_timeout, "execution_timeout")
+        seconds(self.stale_grace_period, "stale_grace_period")
+        if budget is not None and timeout is not None and budget >= timeout:
+            raise PublishBudgetError(
+                f"publish_budget {budget}s does not fit in execution_timeout {timeout}s: give the job the rest"
+            )
+        metadata = self.commit_metadata
         try:
-            metadata = check_user_metadata(self.commit_metadata)
+            if known("commit_metadata"):
+                metadata = check_user_metadata(self.commit_metadata)
             validate_staging_prefix(self.staging_prefix)
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
-        if self.read_only and self.fence_scope != ScopeMode.BRANCH:
-            raise InvalidInputError("read_only=True publishes nothing: a fence scope has nothing to fence")
-        tables = normalise_table_roots(self.output_tables)
-        write_set, table_only = _scope_write_set(self.output_prefixes, tables)
-        scope = parse_scope(write_set, self.input_prefixes, self.fence_scope)
-        if scope is not None:
-            # The scoped fence covers the table roots too; file-level output rules never apply to them.
-            prefixes = tuple(p for p in scope.write if p not in table_only)
-        else:
-            prefixes = normalise_prefixes(self.output_prefixes)
-        if tables and self.write_mode != "direct" and not self.read_only:
+        if self.read_only:
+            _check_read_only(self)
+        tables = normalise_table_roots(self.output_tables) if known("output_tables") else None
+        if tables and known("write_mode") and self.write_mode != "direct":
             raise InvalidInputError(
                 f"output_tables {[t.root for t in tables]} need write_mode='direct': Delta appends to a table's log "
                 "where it lies (on the staging branch), and a workspace upload would start a new table at version 0"
             )
-        check_output_mode(self.output_mode, self.output_prefixes, tables)
+        if tables is None or not known("output_prefixes", "input_prefixes", "fence_scope"):
+            if known("output_prefixes", "fence_scope") and self.fence_scope == ScopeMode.BRANCH:
+                normalise_prefixes(self.output_prefixes)
+            return self
+        write_set, table_only = _scope_write_set(self.output_prefixes, tables)
+        scope = parse_scope(write_set, self.input_prefixes, self.fence_scope)
+        if scope is not None:
+            # The scoped fence covers the table roots too; file-level output rules never apply to them.
+            prefixes = tuple(p for p in scope.output_prefixes if p not in table_only)
+        else:
+            prefixes = normalise_prefixes(self.output_prefixes)
+        if known("output_mode"):
+            check_output_mode(self.output_mode, self.output_prefixes, tables)
+        if parse_time:
+            return self
         return dataclasses.replace(
-            self, output_prefixes=prefixes, commit_metadata=metadata, scope=scope, output_tables=tables
+            self,
+            output_prefixes=prefixes,
+            commit_metadata=metadata,
+            scope=scope,
+            output_tables=tables,
+            publish_budget=budget,
         )
 
     @property
@@ -189,6 +285,30 @@ class PublishRequest:
         :param attempt: this attempt.
         """
         return self.commit_message or f"lakefence: {role} {attempt.key.task_id} try {attempt.try_number}"
+
+
+def _check_read_only(request: PublishRequest) -> None:
+    """A read-only attempt writes nothing: every argument about writing is a mistake.
+
+    :raises InvalidInputError: naming the arguments that do not apply.
+    """
+    given = [
+        name
+        for name, value in (
+            ("output_prefixes", request.output_prefixes),
+            ("output_tables", request.output_tables),
+            ("commit_message", request.commit_message),
+            ("commit_metadata", request.commit_metadata),
+            ("publish_budget", request.publish_budget),
+            ("input_prefixes", request.input_prefixes),
+        )
+        if value
+    ]
+    if request.fence_scope != ScopeMode.BRANCH:
+        given.append("fence_scope")
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise InvalidInputError(f"read_only=True writes nothing: {', '.join(given)} {verb} not apply")
 
 
 def _scope_write_set(

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import enum
 import re
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import timedelta
+from pathlib import PurePath
 
 from airflow_lakefence.core.hardfence import ACTION_PATH, MAX_SCOPE_PREFIXES, scoped_merge_metadata
 from airflow_lakefence.core.keys import AttemptId
@@ -81,12 +84,24 @@ class ScopeMode(enum.StrEnum):
 class Scope:
     """A publication's declared scope, normalised (every prefix ends with ``/``).
 
-    :param write: the write set (``output_prefixes``), sorted, none nested in another.
-    :param read: the read set (``input_prefixes``), sorted, none nested in another.
+    :param output_prefixes: the write set, sorted, none nested in another.
+    :param input_prefixes: the read set, sorted, none nested in another.
     """
 
-    write: tuple[str, ...]
-    read: tuple[str, ...] = ()
+    output_prefixes: tuple[str, ...]
+    input_prefixes: tuple[str, ...] = ()
+
+    @property
+    def write(self) -> tuple[str, ...]:
+        """Deprecated spelling of :attr:`output_prefixes` (one release)."""
+        warnings.warn("Scope.write is deprecated: use Scope.output_prefixes", DeprecationWarning, stacklevel=2)
+        return self.output_prefixes
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        """Deprecated spelling of :attr:`input_prefixes` (one release)."""
+        warnings.warn("Scope.read is deprecated: use Scope.input_prefixes", DeprecationWarning, stacklevel=2)
+        return self.input_prefixes
 
     @property
     def fenced(self) -> tuple[str, ...]:
@@ -95,7 +110,7 @@ class Scope:
         A read prefix inside a write prefix adds nothing (the write prefix is checked); a read prefix
         containing write prefixes replaces them.
         """
-        every = sorted(set(self.write) | set(self.read))
+        every = sorted(set(self.output_prefixes) | set(self.input_prefixes))
         return tuple(p for p in every if not any(q != p and p.startswith(q) for q in every))
 
     def writes(self, path: str) -> str | None:
@@ -103,7 +118,7 @@ class Scope:
 
         :param path: an object path.
         """
-        return next((w for w in self.write if path.startswith(w)), None)
+        return next((w for w in self.output_prefixes if path.startswith(w)), None)
 
     def merge_metadata(self, expected_base: str) -> dict[str, str]:
         """The scoped merge's metadata for the hard fence (the expected base and :attr:`fenced`).
@@ -139,7 +154,7 @@ def _normalise_set(values: Sequence[str] | None, what: str) -> tuple[str, ...]:
         return ()
     if isinstance(values, str):
         raise InvalidInputError(f"{what} must be a list of path prefixes, not a string")
-    prefixes = [_normalise(v, what[:-2] if what.endswith("es") else what) for v in values]
+    prefixes = [_normalise(v, f"{what} entry") for v in values]
     ordered = sorted(prefixes)
     for i, prefix in enumerate(ordered):
         for other in ordered[i + 1 :]:
@@ -154,18 +169,25 @@ def _normalise_set(values: Sequence[str] | None, what: str) -> tuple[str, ...]:
 
 
 def rendered_at_run_time(value: object) -> bool:
-    """Whether a declared prefix set is only known at run time, so that checking it waits for the try.
+    """Whether an argument is only known at run time, so that checking it waits for the try.
 
-    :param value: what the DAG author passed: ``None``, a string, a list of strings, or anything else
-        (an XComArg, a value resolved at run time).
-    :returns: ``True`` for a Jinja string, a list holding one or a non-string, or any other object.
+    :param value: what the DAG author passed.
+    :returns: ``True`` for a Jinja string, a collection or dataclass holding one, or an object that is
+        none of: ``None``, a string, a number, a bool, a duration, a path, a callable, a list, tuple,
+        set or mapping of such values, a dataclass of them (an XComArg, say, resolved in the try).
     """
-    if value is None:
+    if value is None or isinstance(value, (bool, int, float, timedelta, PurePath)):
         return False
     if isinstance(value, str):
         return "{{" in value or "{%" in value
-    if isinstance(value, (list, tuple)):
-        return any(not isinstance(v, str) or "{{" in v or "{%" in v for v in value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(rendered_at_run_time(v) for v in value)
+    if isinstance(value, Mapping):
+        return any(rendered_at_run_time(k) or rendered_at_run_time(v) for k, v in value.items())
+    if is_dataclass(value) and not isinstance(value, type):
+        return any(rendered_at_run_time(getattr(value, f.name)) for f in fields(value))
+    if isinstance(value, enum.Enum) or (callable(value) and not hasattr(value, "resolve")):
+        return False
     return True
 
 
@@ -211,7 +233,7 @@ def parse_scope(
                 f"output prefix {prefix!r} covers {_ACTIONS_DIR}: a publication must not rewrite lakeFS actions "
                 "(the hard fence lives there)"
             )
-    scope = Scope(write, read)
+    scope = Scope(output_prefixes=write, input_prefixes=read)
     if len(scope.fenced) > MAX_SCOPE_PREFIXES:
         raise InvalidInputError(
             f"the scope names {len(scope.fenced)} prefixes, more than {MAX_SCOPE_PREFIXES}: declare common "
@@ -503,7 +525,7 @@ def decide_own_history(
         )
     staged = [c for c, a, revert in own if a.try_number == newest_try and not revert]
     unwind = staged[0].id if staged else None
-    check = tuple((unwind or input_ref, w) for w in scope.write)
+    check = tuple((unwind or input_ref, w) for w in scope.output_prefixes)
     if changed:
         return OwnHistoryDecision(
             ScopedAction.REPLACE,

@@ -188,7 +188,9 @@ class ScopedPublish:
             touch = next(t for t in decision.touches if t.write_prefix is None)
             raise self._conflict(touch, None, input_commit, head.commit_id, staging)
         # INSPECT: only the write set changed since the input: whose commits are they?
-        commits = self.lakefs.log_commits(self.repo, head.commit_id, prefixes=self.scope.write, amount=OWN_HISTORY_PAGE)
+        commits = self.lakefs.log_commits(
+            self.repo, head.commit_id, prefixes=self.scope.output_prefixes, amount=OWN_HISTORY_PAGE
+        )
         own = decide_own_history(
             self.scope, commits, attempt=attempt, input_ref=input_commit, head=head.commit_id, changed=changed
         )

@@ -29,7 +29,7 @@ from airflow_lakefence.core.metadata import (
     LakeFenceRecord,
     decode_metadata,
     encode_metadata,
-    write_set_metadata,
+    output_prefixes_metadata,
 )
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.reporting import Log
@@ -341,7 +341,7 @@ class StagingArea:
         metadata = {
             **(self.request.commit_metadata or {}),
             **encode_metadata(record),
-            **write_set_metadata(scope.write if scope is not None else ()),
+            **output_prefixes_metadata(scope.output_prefixes if scope is not None else ()),
         }
         message = self.request.message(ROLE_STAGE, attempt)
 

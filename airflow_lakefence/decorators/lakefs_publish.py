@@ -8,7 +8,7 @@
         (lakefence.workspace / "tables/counts").mkdir(parents=True)
         events.groupby("kind").size().to_csv(lakefence.workspace / "tables/counts/counts.csv")
 
-    counts(input_ref=resolve.output)  # or input_ref= in the decorator
+    counts()  # the input: main, pinned by the first try; or counts.override(input_ref=resolve.output)()
 
 The function's ``lakefence`` argument is the attempt's
 :class:`~airflow_lakefence.operators.fenced_python.LakeFenceAttempt`; the arguments of

@@ -1,5 +1,6 @@
 """Operators of airflow-lakefence."""
 
+from airflow_lakefence.core.request import PublishOptions
 from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator
 from airflow_lakefence.operators.fenced_python import FencedPythonPublishOperator
 from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
@@ -10,4 +11,5 @@ __all__ = [
     "FencedSparkPublishOperator",
     "LakeFSResolveRefOperator",
     "LakeFSStagingCleanupOperator",
+    "PublishOptions",
 ]

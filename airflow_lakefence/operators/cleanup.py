@@ -99,7 +99,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
 
     Returns (XCom ``return_value``) ``{"deleted": [...], "kept": [...], "dry_run": bool}``, each
     entry ``{"branch", "reason", "try_number", "evidence", "head"}`` plus the task instance's
-    ``dag_id``/``run_id``/``task_id``/``map_index`` when identified, and ``write_prefixes`` for a
+    ``dag_id``/``run_id``/``task_id``/``map_index`` when identified, and ``output_prefixes`` for a
     scoped attempt's branch (the write set its staged commit or evidence marker names). Running it
     again is harmless.
 

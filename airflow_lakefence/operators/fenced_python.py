@@ -109,8 +109,9 @@ class FencedPythonPublishOperator(FencedPublishOperatorBase, PythonOperator):
     its signature has one) next to the usual context arguments and ``op_args`` / ``op_kwargs``.
     What it returns is logged, not pushed: the task's return value is the published ``output_ref``.
 
-    The lakeFS arguments (``repository``, ``target_branch``, ``input_ref``, ``write_mode``...) and
-    the XCom keys are those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
+    The lakeFS arguments (``repository``, ``target_branch``, ``output_prefixes``, ``input_ref``,
+    ``options``...) and the XCom keys are those of
+    :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
 
     :param python_callable: the function producing the output.
     :param kwargs: the lakeFS arguments, and :class:`PythonOperator`'s (``op_args``, ``op_kwargs``...).

@@ -2,8 +2,9 @@
 
 A thin adapter: the protocol is :class:`~airflow_lakefence.core.engine.PublishEngine`, the Airflow
 side shared with the Python adapter is :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
-This module only runs the Spark job, through the Spark provider's public arguments (``conf``,
-``env_vars``), so the provider's own OpenLineage conf injection keeps working.
+This module only runs the Spark job: the provider builds its hook from the task's arguments plus the
+attempt's confs and environment (:meth:`FencedSparkPublishOperator._get_hook`), so the provider's own
+OpenLineage conf injection keeps working and the task's ``conf``/``env_vars``/``packages`` never change.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 
@@ -47,6 +49,22 @@ def conf_name(env_name: str) -> str:
     return words[0] + "".join(word.title() for word in words[1:])
 
 
+class _SubmitArguments:
+    """The operator as the provider's hook construction reads it, with one attempt's ``conf``,
+    ``env_vars`` and ``packages`` in place of the task's (every other argument is the operator's).
+
+    :param operator: the fenced operator.
+    :param arguments: the attempt's values.
+    """
+
+    def __init__(self, operator: SparkSubmitOperator, **arguments: Any) -> None:
+        self._operator = operator
+        self.__dict__.update(arguments)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._operator, name)
+
+
 class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator):
     """Run a Spark job and publish its output into a lakeFS branch, fenced against stale attempts.
 
@@ -70,8 +88,9 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     XCom: ``output_ref`` (also the return value), ``staged_commit``, ``decision``, ``input_ref``
     (the resolved commit id) and ``staging_branch``.
 
-    The lakeFS arguments (``repository``, ``target_branch``, ``input_ref``, ``write_mode``...) are
-    those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`.
+    The lakeFS arguments (``repository``, ``target_branch``, ``output_prefixes``, ``input_ref``,
+    ``options``...) are those of :class:`~airflow_lakefence.operators.fenced_base.FencedPublishOperatorBase`;
+    the common case needs ``application``, ``repository``, ``target_branch`` and ``output_prefixes``.
 
     :param s3a: read and write lakeFS through its S3 gateway: adds the ``hadoop-aws`` package that
         matches the installed PySpark's Hadoop (resolved by Spark's ``--packages`` from Maven) and
@@ -84,8 +103,9 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         ``WARN`` keeps Spark's INFO chatter out of the task log (the provider streams every line
         spark-submit prints into it); ``None`` leaves Spark's log4j configuration alone.
     :param kwargs: those, and everything :class:`SparkSubmitOperator` takes (``application``,
-        ``conn_id``, ``conf``, ``env_vars``...). ``durable`` is forced off: each attempt runs its
-        own job into its own staging branch.
+        ``conn_id`` (default ``spark_default``), ``conf``, ``env_vars``...). ``durable`` is forced off:
+        each attempt runs its own job into its own staging branch. ``conf``, ``env_vars`` and
+        ``packages`` are never changed: the attempt's additions go to the hook (:meth:`_get_hook`).
     :raises InvalidInputError: at DAG parse time, for arguments that can never work (an S3AConfigError
         for a pinned ``hadoop-aws`` that does not match PySpark's Hadoop; a bad Secret name).
     """
@@ -112,6 +132,7 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
                 f"spark_log_level must be one of {SPARK_LOG_LEVELS} or None, got {spark_log_level!r}"
             )
         self.spark_log_level = spark_log_level
+        self._attempt_locations: AttemptLocations | None = None
         super().__init__(**kwargs)
         # Fail at parse time, not in the worker, when the arguments can never work.
         if kubernetes_credentials_secret is not None:
@@ -144,9 +165,30 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     def run_job(self, context: Any, locations: AttemptLocations) -> None:
         """Run spark-submit through the provider with this attempt's confs and environment.
 
+        The provider's ``execute`` builds its hook with :meth:`_get_hook` (after injecting its
+        OpenLineage confs into ``conf``); this operator's override adds the attempt's, so the task's
+        own ``conf``, ``env_vars`` and ``packages`` are never changed.
+
         :param context: the Airflow context.
         :param locations: where the job reads and writes.
         """
+        self._attempt_locations = locations
+        self._hook = None  # built by the provider's execute, from this attempt's arguments
+        try:
+            SparkSubmitOperator.execute(self, context)
+        finally:
+            # The hook holds the credentials: they live only while the job runs.
+            self._attempt_locations = None
+            self._hook = None
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, with this attempt's confs, environment and packages added to the task's.
+
+        :return: the hook the provider's ``execute`` submits with.
+        """
+        locations = self._attempt_locations
+        if locations is None:
+            return super()._get_hook()
         env = self.job_environment(locations)
         master = self._spark_master()
         extra: dict[str, str] = {}
@@ -156,22 +198,22 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
             extra = self.lakefs_hook.credentials_env()
         if master.startswith("local") and "SPARK_LOCAL_IP" not in {**os.environ, **(self.env_vars or {})}:
             extra["SPARK_LOCAL_IP"] = "127.0.0.1"
-        original_conf, original_env, original_packages = self.conf, self.env_vars, self.packages
-        conf: dict[str, Any] = {**(original_conf or {})}
+        conf: dict[str, Any] = {**(self.conf or {})}
         if self.spark_log_level is not None:
             conf.setdefault("spark.log.level", self.spark_log_level.upper())
+        packages = self.packages
         if self.s3a:
             options = s3a_submit_options(self.packages, conf)
-            self.packages, conf = options.packages, dict(options.conf)
+            packages, conf = options.packages, dict(options.conf)
         if self.kubernetes_credentials_secret is not None:
             conf.update(kubernetes_secret_conf(self.kubernetes_credentials_secret))
-        self.conf = {**conf, **{f"spark.lakefence.{conf_name(k)}": v for k, v in env.items()}}
-        self.env_vars = {**(original_env or {}), **env, **extra}
-        try:
-            SparkSubmitOperator.execute(self, context)
-        finally:
-            # The credentials live in the task object only while the job runs.
-            self.conf, self.env_vars, self.packages = original_conf, original_env, original_packages
+        arguments = _SubmitArguments(
+            self,
+            conf={**conf, **{f"spark.lakefence.{conf_name(k)}": v for k, v in env.items()}},
+            env_vars={**(self.env_vars or {}), **env, **extra},
+            packages=packages,
+        )
+        return SparkSubmitOperator._get_hook(cast(SparkSubmitOperator, arguments))
 
     def execute(self, context: Any) -> str:  # type: ignore[override]
         """Run the fenced protocol around the Spark job; return the output ref.

@@ -39,7 +39,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
     ``settled``, ``not_a_publication``, ``out_of_scope``), ``reason``, ``head``, ``state``,
     ``output_ref``, ``retry_pending``, ``replacement_running``, ``publication``, for a publication
     ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``, ``ti_id``, ``role``,
-    ``input_ref``, and with ``output_prefixes`` the normalised ``write_prefixes``.
+    ``input_ref``, and with ``output_prefixes`` the normalised ``output_prefixes``.
 
     A poke makes one lakeFS call (``get_commit`` of the branch; scoped: the ``log`` call), plus a
     listing of the publisher's staging branches only when the publishing task instance is running,
@@ -101,14 +101,14 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
         self.ignore_repairs_underway = ignore_repairs_underway
         self.output_prefixes = output_prefixes
         if not rendered_at_run_time(output_prefixes):
-            self._write_prefixes()
+            self._scoped_output_prefixes()
 
-    def _write_prefixes(self) -> tuple[str, ...]:
+    def _scoped_output_prefixes(self) -> tuple[str, ...]:
         """The rendered write set, normalised (empty: judge HEAD)."""
         if not self.output_prefixes:
             return ()
         scope = parse_scope(list(self.output_prefixes), None, ScopeMode.PREFIXES)
-        return () if scope is None else scope.write
+        return () if scope is None else scope.output_prefixes
 
     def _scope(self) -> PublisherScope | None:
         if not self.publisher_dag_id and not self.publisher_task_id:
@@ -127,7 +127,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
             branch=self.branch,
             scope=self._scope(),
             staging_prefix=self.staging_branch_prefix,
-            write_prefixes=self._write_prefixes(),
+            output_prefixes=self._scoped_output_prefixes(),
         )
         self.log.info("%s@%s: %s (%s)", self.repository, self.branch, judgement.verdict.value, judgement.reason)
         return condition_met(self.condition, judgement, self.ignore_repairs_underway), judgement.to_dict()
@@ -146,7 +146,7 @@ class AbandonedPublicationSensor(LakeFSBaseSensor):
             publisher_task_id=None if scope is None else scope.task_id,
             staging_branch_prefix=self.staging_branch_prefix,
             ignore_repairs_underway=self.ignore_repairs_underway,
-            output_prefixes=list(self._write_prefixes()) or None,
+            output_prefixes=list(self._scoped_output_prefixes()) or None,
             lakefs_conn_id=self.lakefs_conn_id,
             poke_interval=float(self.poke_interval),
             deadline=deadline,

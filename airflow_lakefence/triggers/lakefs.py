@@ -160,7 +160,7 @@ class AbandonedPublicationTrigger(LakeFSPollingTrigger):
             branch=self.branch,
             scope=scope,
             staging_prefix=self.staging_branch_prefix,
-            write_prefixes=tuple(self.output_prefixes or ()),
+            output_prefixes=tuple(self.output_prefixes or ()),
         )
         self.log.info("%s@%s: %s (%s)", self.repository, self.branch, judgement.verdict.value, judgement.reason)
         return condition_met(self.condition, judgement, self.ignore_repairs_underway), judgement.to_dict()

@@ -40,11 +40,11 @@ def probe_abandoned(
     branch: str,
     scope: PublisherScope | None,
     staging_prefix: str,
-    write_prefixes: tuple[str, ...] = (),
+    output_prefixes: tuple[str, ...] = (),
 ) -> Judgement:
-    """Judge the HEAD of ``branch`` (or, with ``write_prefixes``, the latest publication touching them).
+    """Judge the HEAD of ``branch`` (or, with ``output_prefixes``, the latest publication touching them).
 
-    lakeFS calls: one ``get_commit`` of the branch; with ``write_prefixes`` one ``log`` of the branch
+    lakeFS calls: one ``get_commit`` of the branch; with ``output_prefixes`` one ``log`` of the branch
     restricted to them (``amount=1``) instead, plus one ``get_commit`` of the task instance's
     ``output_ref`` when it has one (to tie it to the judged staged commit). Plus one staging-branch
     listing only when the publishing task instance is live (to tell its own try from a newer one).
@@ -58,26 +58,26 @@ def probe_abandoned(
     :param branch: the watched branch.
     :param scope: restrict to one publisher, or ``None``.
     :param staging_prefix: the publisher's staging branch prefix.
-    :param write_prefixes: the scoped publisher's write set (normalised), empty to judge HEAD.
+    :param output_prefixes: the scoped publisher's write set (normalised), empty to judge HEAD.
     :raises InputRefError: if the repository or branch does not exist.
     :raises LakeFSError: for another lakeFS failure.
     """
     try:
-        if write_prefixes:
-            found = client.log_commits(repository, branch, prefixes=write_prefixes, amount=1)
+        if output_prefixes:
+            found = client.log_commits(repository, branch, prefixes=output_prefixes, amount=1)
             if found and is_race_revert(found[0]):
                 # A race loser took its merge back: the publication the write set holds lies further
                 # down (one more call, only then).
-                found = surviving(client.log_commits(repository, branch, prefixes=write_prefixes, amount=PAST_RACES))
+                found = surviving(client.log_commits(repository, branch, prefixes=output_prefixes, amount=PAST_RACES))
             if not found:
-                return nothing_written(write_prefixes)
+                return nothing_written(output_prefixes)
             commit = found[0]
         else:
             commit = client.get_commit(repository, branch)
     except LakeFSNotFoundError as exc:
         raise InputRefError(f"branch {branch!r} not found in repository {repository!r}") from exc
     head = HeadState.of(commit)
-    first = publication_of(head, scope, write_prefixes)
+    first = publication_of(head, scope, output_prefixes)
     if isinstance(first, Judgement):
         return first
     key = first.attempt.key
@@ -87,7 +87,7 @@ def probe_abandoned(
     if needs_output_ref(state):
         value = airflow.output_ref(key)
         output_ref = value if isinstance(value, str) else None
-        if write_prefixes:
+        if output_prefixes:
             matches = output_ref is not None and (
                 output_ref == head.commit_id
                 or output_stands_behind(first, _metadata_or_none(client, repository, output_ref))
@@ -101,7 +101,7 @@ def probe_abandoned(
     if needs_supersedes(state, first, newest):
         value = airflow.supersedes(key)
         supersedes = value if isinstance(value, dict) else None
-    return judge(head, first, PublisherState(state, output_ref, newest, supersedes, matches), write_prefixes)
+    return judge(head, first, PublisherState(state, output_ref, newest, supersedes, matches), output_prefixes)
 
 
 def _metadata_or_none(client: LakeFSClient, repository: str, ref: str) -> dict[str, str] | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, task
 
-from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator
+from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator, PublishOptions
 
 # The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -135,3 +135,29 @@ with _dag("lf_py_message") as py_message_dag:
 
 with _dag("lf_test_openlineage") as openlineage_dag:
     _fenced("publish", write_mode="workspace", openlineage_inject_parent_job_info=True)
+
+
+def another_writer_then_die(lakefence: Any, dag_run: Any = None) -> int:
+    """With ``another_writer`` in the run's conf, the first try lets another writer publish into the
+    target after the try pinned its input, then dies. Otherwise (and in later tries) it writes the spec."""
+    import tempfile
+
+    if dag_run.conf.get("another_writer") and lakefence.staging_branch and "-t1-" in lakefence.staging_branch:
+        with tempfile.NamedTemporaryFile("w", delete=False) as fd:
+            fd.write("x")
+        lakefence.client.upload_file(lakefence.repository, lakefence.target_branch, "other/x.txt", fd.name)
+        lakefence.client.commit(lakefence.repository, lakefence.target_branch, "another writer, after the pin", {})
+        raise RuntimeError("the first try dies after another writer published")
+    return write_spec(lakefence, dag_run)
+
+
+with _dag("lf_py_default_input", retries=1) as py_default_input_dag:
+    # No input_ref: the target branch, resolved by the run's first try and pinned for its retries.
+    FencedPythonPublishOperator(
+        task_id="publish",
+        python_callable=another_writer_then_die,
+        repository="{{ dag_run.conf['repository'] }}",
+        target_branch="{{ dag_run.conf['target'] }}",
+        output_prefixes=["out/"],
+        options=PublishOptions(stale_grace_period=0),
+    )

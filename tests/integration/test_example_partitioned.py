@@ -119,7 +119,7 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
         gate = run["xcoms"]["partition_settled"]["return_value"]
         assert gate["verdict"] == "settled" and gate["publication"] == outcome["output_ref"], gate
         assert gate["head"] == outcome["staged_commit"] and gate["run_id"] == run["run_id"]
-        assert gate["write_prefixes"] == [f"{TABLE}date={day}/"]
+        assert gate["output_prefixes"] == [f"{TABLE}date={day}/"]
         events, users = _expected(day)
         assert run["xcoms"]["report"]["return_value"] == {"events": events, "users": users}
     # Each date's partition holds exactly its own output, at HEAD.

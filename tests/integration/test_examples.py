@@ -35,8 +35,9 @@ def test_dagbag_imports_examples_cleanly() -> None:
     assert bag.import_errors == {}
     assert "lakefence_example_daily_counts" in bag.dag_ids
     task = bag.get_dag("lakefence_example_daily_counts").get_task("daily_counts")
-    assert task.max_active_tis_per_dag == 1
+    assert task.max_active_tis_per_dag == 1  # the operator's own default: one writer per target
     assert task.pool == "lakefs_example-repo_main"
+    assert task.input_ref == "main"
 
 
 #: The loggers of the fenced task's lines: the operator's and the Spark provider's hook's.
@@ -107,13 +108,12 @@ def test_example_dag_publishes_with_real_pyspark(
     # What `tox -e demo` prints of such a run: one line per task, in the order they ran.
     story = _demo_module()._task_story(dr)
     assert [line.split()[:2] for line in story] == [
-        [task, "success"] for task in ("resolve_input", "daily_counts", "main_settled", "report")
+        [task, "success"] for task in ("daily_counts", "main_settled", "report")
     ], story
-    assert story[0].endswith(f"pinned main at {input_commit[:12]}")
-    assert story[1].endswith(
+    assert story[0].endswith(
         f"decision merge: published {head.id[:12]} (staged {values['staged_commit'][:12]}) on main, try 1"
     )
-    assert story[3].endswith("read back 7 days, 2000 events at the published commit")
+    assert story[2].endswith("read back 7 days, 2000 events at the published commit")
 
     # The publication emitted one asset event naming the exact commit, which queues the consumer DAG.
     from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel

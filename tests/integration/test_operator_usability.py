@@ -18,7 +18,7 @@ from airflow_lakefence.core.engine import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.operators import FencedSparkPublishOperator
 from tests.conftest import load_dag_module
-from tests.integration.helpers import attempt_and_summary, only, publish_conf, xcoms
+from tests.integration.helpers import attempt_and_summary, only, publish_conf, ti_state, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -151,12 +151,13 @@ def test_spark_log_level_reaches_the_job_unless_conf_or_none_says_otherwise(
     kwargs: dict[str, Any], level: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     confs: list[dict[str, Any]] = []
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(dict(self.conf or {})))
+    # What the provider's execute does with the task: build its hook through _get_hook, submit with it.
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(self._get_hook()._conf))
     task = FencedSparkPublishOperator(
         task_id="publish",
         application="job.py",
         conn_id="spark_local",
-        repository="r",
+        repository="lake",
         target_branch="main",
         input_ref="main",
         **kwargs,
@@ -173,8 +174,29 @@ def test_a_spark_log_level_spark_does_not_know_is_refused_at_parse_time() -> Non
         FencedSparkPublishOperator(
             task_id="publish",
             application="job.py",
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             spark_log_level="VERBOSE",
         )
+
+
+def test_without_input_ref_the_first_try_pins_the_target_and_a_retry_builds_on_that_commit(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    """The default input is the target branch, resolved once per run: a retry after another writer
+    moved the target still reads the first try's commit (so it fails closed instead of building on
+    output it never saw); a new run builds on the new HEAD."""
+    repo, input_commit = seeded
+    conf = {"repository": repo.id, "target": "main", "job": {"files": {"out/a.txt": "A"}}}
+    first = dags.py_default_input_dag.test(run_conf={**conf, "another_writer": True})
+    assert ti_state(first, "publish") == ("failed", 2)
+    assert type(dags.FAILURES[("lf_py_default_input", 2)]).__name__ == "PublishFenceError"
+    assert "before the job" in str(dags.FAILURES[("lf_py_default_input", 2)])  # the pinned input is not HEAD
+    foreign = repo.branch("main").get_commit()
+    assert foreign.message == "another writer, after the pin" and foreign.parents == [input_commit]
+    second = dags.py_default_input_dag.test(run_conf=conf)
+    assert ti_state(second, "publish") == ("success", 1)
+    outcome = xcoms(second, "publish")
+    assert outcome["input_ref"] == foreign.id  # a new run pins the new HEAD
+    assert repo.branch("main").get_commit().parents[0] == foreign.id

@@ -524,7 +524,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             fence_scope="prefixes",
@@ -533,7 +533,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             fence_scope="prefixes",
@@ -544,7 +544,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
         FencedPythonPublishOperator(
             task_id="t",
             python_callable=print,
-            repository="r",
+            repository="lake",
             target_branch="main",
             input_ref="main",
             input_prefixes=["d/"],

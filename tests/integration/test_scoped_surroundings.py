@@ -23,7 +23,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.metadata import WRITE_SET_KEY
+from airflow_lakefence.core.metadata import OUTPUT_PREFIXES_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
 from airflow_lakefence.exceptions import LakeFSUnavailableError, PublishFenceError
 from tests.conftest import DAGS_FOLDER, load_dag_module
@@ -103,7 +103,7 @@ def test_an_abandoned_scoped_publication_is_found_under_other_writers(
         "publish",
         1,
     )
-    assert found["write_prefixes"] == [day(1)] and found["input_ref"] == input_commit
+    assert found["output_prefixes"] == [day(1)] and found["input_ref"] == input_commit
     assert lakefs_controls.counts() == {"logCommits": 1}
 
     # The Spark publication of day 2 is settled, though a foreign commit lies on top of it: one log
@@ -120,7 +120,7 @@ def test_an_abandoned_scoped_publication_is_found_under_other_writers(
     run, _ = sense(around.settled_dag, repo, 1, "lf_scoped_decorated")
     assert run.state == "failed"
     # The staged commit names its write set (what the cleaner reports of a leftover branch).
-    assert repo.commit(staged).get_commit().metadata[WRITE_SET_KEY] == json.dumps([day(1)])
+    assert repo.commit(staged).get_commit().metadata[OUTPUT_PREFIXES_KEY] == json.dumps([day(1)])
 
 
 def test_the_cleaner_names_the_write_set_of_a_scoped_evidence_branch(
@@ -140,7 +140,7 @@ def test_the_cleaner_names_the_write_set_of_a_scoped_evidence_branch(
     assert report["deleted"] == []
     (kept,) = report["kept"]
     assert kept["branch"] == error.staging_branch and kept["evidence"] == "ScopeOverlapError"
-    assert kept["write_prefixes"] == [day(1)] and kept["run_id"] == run.run_id
+    assert kept["output_prefixes"] == [day(1)] and kept["run_id"] == run.run_id
 
 
 def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_call(
@@ -236,7 +236,7 @@ def test_the_deferred_detector_fires_when_a_settled_scoped_publication_is_abando
     assert not errors, errors
     assert detector.state == "success" and waited_how(detector)["deferred"]
     assert found["verdict"] == "abandoned" and found["state"] == "failed"
-    assert found["head"] == outcome["staged_commit"] and found["write_prefixes"] == [day(1)]
+    assert found["head"] == outcome["staged_commit"] and found["output_prefixes"] == [day(1)]
 
 
 @pytest.fixture
@@ -308,8 +308,10 @@ def test_links_asset_events_and_lineage_name_the_write_set(
     event = _asset_event(run_id)
     assert event["output_ref"] == output_ref and event["decision"] == "merge"
     assert event["fence_scope"] == "prefixes"
-    assert event["write_prefixes"] == writes and event["read_prefixes"] == ["dims/d/"]
-    assert event["write_uris"] == [f"lakefs://{repo.id}/{output_ref}/{w.rstrip('/')}" for w in writes]
+    assert event["output_prefixes"] == writes and event["input_prefixes"] == ["dims/d/"]
+    assert event["output_uris"] == [f"lakefs://{repo.id}/{output_ref}/{w.rstrip('/')}" for w in writes]
+    # The keys of earlier releases, for consumers not yet moved (deprecated: removed in the next release).
+    assert (event["write_prefixes"], event["read_prefixes"]) == (writes, ["dims/d/"])
     assert event["commit_uri"] == f"lakefs://{repo.id}/{output_ref}/tables/t"
 
     # OpenLineage: one input dataset per read prefix, one output dataset per write prefix.

@@ -37,7 +37,7 @@ from airflow_lakefence.exceptions import (
     SparkJobError,
     WorkspaceError,
 )
-from airflow_lakefence.operators import FencedSparkPublishOperator
+from airflow_lakefence.operators import FencedSparkPublishOperator, PublishOptions
 from tests.integration.helpers import commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
@@ -162,19 +162,30 @@ BASE: dict[str, Any] = {
     "application": "a.py",
 }
 PARSE_TIME: dict[str, tuple[dict[str, Any], type[LakeFenceError]]] = {
-    "negative publish budget": ({"publish_budget": -1}, InvalidInputError),
-    "negative stale grace period": ({"stale_grace_period": -5}, InvalidInputError),
+    "negative publish budget": ({"options": PublishOptions(publish_budget=-1)}, InvalidInputError),
+    "negative stale grace period": ({"options": PublishOptions(stale_grace_period=-5)}, InvalidInputError),
     "publish budget not below execution_timeout": (
-        {"publish_budget": timedelta(minutes=5), "execution_timeout": timedelta(minutes=5)},
+        {"options": PublishOptions(publish_budget=timedelta(minutes=5)), "execution_timeout": timedelta(minutes=5)},
         PublishBudgetError,
     ),
     "read_only with output prefixes": ({"read_only": True, "output_prefixes": ["a/"]}, InvalidInputError),
     "read_only with commit metadata": ({"read_only": True, "commit_metadata": {"a": "b"}}, InvalidInputError),
-    "read_only with a publish budget": ({"read_only": True, "publish_budget": 10}, InvalidInputError),
+    "read_only with a publish budget": (
+        {"read_only": True, "options": PublishOptions(publish_budget=10)},
+        InvalidInputError,
+    ),
     "unknown write mode": ({"write_mode": "s3"}, InvalidInputError),
-    "invalid staging prefix": ({"staging_branch_prefix": "bad prefix"}, InvalidInputError),
-    "empty staging prefix": ({"staging_branch_prefix": ""}, InvalidInputError),
-    "oversized staging prefix": ({"staging_branch_prefix": "p" * 40}, InvalidInputError),
+    "misspelt output mode": ({"output_mode": "replcae"}, InvalidInputError),
+    "misspelt hard fence mode": ({"options": PublishOptions(hard_fence="requir")}, InvalidInputError),
+    "unknown fence scope": ({"fence_scope": "prefix"}, InvalidInputError),
+    "reserved commit metadata key": ({"commit_metadata": {"lakefence.role": "x"}}, InvalidInputError),
+    "output prefixes as a string": ({"output_prefixes": "out/"}, InvalidInputError),
+    "invalid repository name": ({"repository": "My_Repo"}, InvalidInputError),
+    "input ref with whitespace": ({"input_ref": "main branch"}, InputRefError),
+    "invalid staging prefix": ({"options": PublishOptions(staging_branch_prefix="bad prefix")}, InvalidInputError),
+    "empty staging prefix": ({"options": PublishOptions(staging_branch_prefix="")}, InvalidInputError),
+    "oversized staging prefix": ({"options": PublishOptions(staging_branch_prefix="p" * 40)}, InvalidInputError),
+    "the old spelling of a knob, misspelt": ({"hard_fence": "requir"}, InvalidInputError),
 }
 
 

@@ -287,13 +287,13 @@ def test_scoped_judgement_follows_the_output_match_not_head(state: str, matches:
     output = "p" * 64 if matches is not None else None
     result = judge(head, record, PublisherState(state, output, output_matches=matches), WRITE)
     assert result.verdict is verdict
-    assert result.head == head.commit_id and result.write_prefixes == WRITE
+    assert result.head == head.commit_id and result.output_prefixes == WRITE
     assert result.publication == (output if matches else None)
     assert "the latest commit under tables/t/date=1/" in result.reason
-    assert result.to_dict()["write_prefixes"] == list(WRITE)
+    assert result.to_dict()["output_prefixes"] == list(WRITE)
 
 
 def test_scoped_nothing_written_is_readable() -> None:
     result = nothing_written(WRITE)
     assert result.verdict is Verdict.NOT_A_PUBLICATION and result.readable and result.head is None
-    assert result.to_dict()["write_prefixes"] == list(WRITE) and "dag_id" not in result.to_dict()
+    assert result.to_dict()["output_prefixes"] == list(WRITE) and "dag_id" not in result.to_dict()

@@ -6,7 +6,7 @@ import urllib.parse
 
 import pytest
 
-from airflow_lakefence.assets import create_asset, event_extra, parse_uri, sanitize_uri
+from airflow_lakefence.assets import DEPRECATED_EXTRA_KEYS, create_asset, event_extra, parse_uri, sanitize_uri
 from airflow_lakefence.lineage import namespace, operator_lineage
 from airflow_lakefence.links import branch_url, commit_url, common_directory, objects_url
 
@@ -113,13 +113,16 @@ def test_scoped_event_extra_names_the_write_set() -> None:
         staged_commit="s" * 64,
         decision="merge",
         prefix="t",
-        write_prefixes=["t/date=1/", "u/date=1/"],
-        read_prefixes=["d/"],
+        output_prefixes=["t/date=1/", "u/date=1/"],
+        input_prefixes=["d/"],
     )
-    assert extra["fence_scope"] == "prefixes" and extra["read_prefixes"] == ["d/"]
-    assert extra["write_uris"] == [f"lakefs://repo/{'o' * 64}/t/date=1", f"lakefs://repo/{'o' * 64}/u/date=1"]
+    assert extra["fence_scope"] == "prefixes" and extra["input_prefixes"] == ["d/"]
+    assert extra["output_uris"] == [f"lakefs://repo/{'o' * 64}/t/date=1", f"lakefs://repo/{'o' * 64}/u/date=1"]
+    assert extra["output_prefixes"] == ["t/date=1/", "u/date=1/"]
+    for old, new in DEPRECATED_EXTRA_KEYS.items():
+        assert extra[old] == extra[new]  # the keys of earlier releases, until the next one
     plain = event_extra(repository="r", output_ref="o", input_ref="i", staged_commit=None, decision="merge", prefix="")
-    assert "fence_scope" not in plain and "write_uris" not in plain
+    assert "fence_scope" not in plain and "output_uris" not in plain and "write_uris" not in plain
 
 
 def test_output_link_opens_the_write_set() -> None:

@@ -59,7 +59,7 @@ def test_parse_scope_normalises(
 ) -> None:
     scope = parse_scope(output, inputs, "prefixes")
     assert scope is not None
-    assert (scope.write, scope.read) == (write, read)
+    assert (scope.output_prefixes, scope.input_prefixes) == (write, read)
     assert scope.fenced == (fenced if fenced is not None else tuple(sorted(write + read)))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.operators import FencedSparkPublishOperator
@@ -32,17 +33,28 @@ def test_a_bad_kubernetes_secret_name_fails_at_parse_time() -> None:
         _operator(kubernetes_credentials_secret="Not_A_Name")
 
 
-def test_s3a_adds_the_matching_hadoop_aws_only_while_the_job_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3a_and_the_secret_reach_the_hook_and_the_tasks_own_arguments_never_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The provider's execute builds its hook with ``_get_hook`` (the upstream behaviour relied on):
+    the hook gets the attempt's packages and confs while the task's ``conf``, ``env_vars`` and
+    ``packages`` stay the very objects the DAG passed, during the job and after it."""
+    conf, env_vars = {"spark.ui.enabled": "false"}, {"TZ": "UTC"}
+    op = _operator(
+        s3a=True,
+        packages="io.delta:delta-spark_2.13:4.0.0",
+        kubernetes_credentials_secret="lakefs-creds",
+        conf=conf,
+        env_vars=env_vars,
+    )
     seen: dict[str, Any] = {}
 
-    def fake_execute(self: FencedSparkPublishOperator, context: Any) -> None:
-        seen["packages"], seen["conf"] = self.packages, dict(self.conf or {})
+    def submit(hook: SparkSubmitHook, application: str = "", **kwargs: Any) -> None:
+        seen.update(packages=hook._packages, conf=dict(hook._conf), env=dict(hook._env_vars or {}), app=application)
+        seen["task"] = (op.conf, op.env_vars, op.packages)
 
-    op = _operator(s3a=True, packages="io.delta:delta-spark_2.13:4.0.0", kubernetes_credentials_secret="lakefs-creds")
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
     monkeypatch.setattr(op, "_spark_master", lambda: "k8s://https://cluster:6443")
-    monkeypatch.setattr(
-        "airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator.execute", fake_execute
-    )
     locations = type(
         "L",
         (),
@@ -58,12 +70,18 @@ def test_s3a_adds_the_matching_hadoop_aws_only_while_the_job_runs(monkeypatch: p
     monkeypatch.setattr(op, "job_environment", lambda loc: {"LAKEFENCE_REPOSITORY": "lake"})
     op.run_job({}, locations)  # type: ignore[arg-type]
 
+    assert seen["app"] == "job.py"
     assert seen["packages"] == f"io.delta:delta-spark_2.13:4.0.0,{hadoop_aws_coordinate()}"
     assert seen["conf"][S3A_CONF] == "true"
+    assert seen["conf"]["spark.lakefence.repository"] == "lake"
+    assert seen["conf"]["spark.ui.enabled"] == "false"
     assert (
         seen["conf"]["spark.kubernetes.driver.secretKeyRef.LAKEFS_SECRET_ACCESS_KEY"]
         == "lakefs-creds:secret_access_key"
     )
-    # Restored after the job: the DAG's own arguments are not rewritten for the next try.
+    assert seen["env"] == {"TZ": "UTC", "LAKEFENCE_REPOSITORY": "lake"}  # k8s: no credentials in the env
+    # The task's own arguments while the job ran, and after: the DAG's, unchanged.
+    assert seen["task"][0] is conf and seen["task"][1] is env_vars and seen["task"][2] == op.packages
+    assert op.conf == {"spark.ui.enabled": "false"} and op.env_vars == {"TZ": "UTC"}
     assert op.packages == "io.delta:delta-spark_2.13:4.0.0"
-    assert op.conf is None or S3A_CONF not in op.conf
+    assert op._hook is None  # the hook (and what it was given) does not outlive the job
