@@ -3,7 +3,7 @@
 The stack (Redis, api-server, scheduler with CeleryExecutor, dag-processor, triggerer, two Celery
 workers) boots once for the tier's modules (package-scoped fixtures); each scenario uses a DAG and
 target branches of its own (tests/dags/celery_dags.py). lakeFS is the tier's own real lakeFS
-(:class:`airflow_lakefence.testing.real_lakefs.RealLakeFS`), not the session's shared one, because a
+(:class:`tests.tools.real_lakefs.RealLakeFS`), not the session's shared one, because a
 scenario restarts it. The tier needs ``redis-server`` (Debian package) and the lakeFS binary (built
 from tests/real_lakefs); without them it is skipped, or fails when ``CI`` is set.
 """
@@ -25,7 +25,6 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
 from tests.conftest import TIER_FIGURES_PROPERTY
 from tests.dags.celery_dags import TARGETS, pool_name
@@ -37,6 +36,7 @@ from tests.stack.tier import (
     remember_report,
     running_stack,
 )
+from tests.tools.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 
 DAG_FILE = Path(__file__).resolve().parent.parent / "dags" / "celery_dags.py"
 #: The settings that bound the stale window, as the tier runs them (docs/howto/executors.md).

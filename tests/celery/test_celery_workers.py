@@ -21,7 +21,6 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
-from airflow_lakefence.testing.real_lakefs import RealLakeFS
 from tests.celery.conftest import FIGURES
 from tests.celery.harness import CeleryStack
 from tests.dags.celery_dags import RESTART_POINTS, held_name
@@ -42,6 +41,7 @@ from tests.stack.tier import (
     xcom,
 )
 from tests.stack.tier import repository as tier_repository
+from tests.tools.real_lakefs import RealLakeFS
 
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs]
 

@@ -7,7 +7,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import selected_backends
+from airflow_lakefence.testing.pytest_plugin import selected_backends
 from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files
 
@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        extra = params.get("world") == "memory" and params.get("lakefs_backend", first) != first
+        extra = params.get("world") == "memory" and params.get("lakefence_backend", first) != first
         (drop if extra else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -52,6 +52,6 @@ def cleaners(sensors: Any) -> Any:
 
 
 @pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+def seeded(lakefence_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
     """A repository whose ``main`` holds one input commit; returns (repo, input commit id)."""
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+    return lakefence_repo, commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")

@@ -153,16 +153,16 @@ class LakeFSWorld(World):
 
 
 @pytest.fixture(params=["memory", "lakefs"])
-def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World]:
-    # Requesting lakefs_backend makes ``--lakefs-backend=both`` run the "lakefs" world on each backend
+def world(request: pytest.FixtureRequest, lakefence_backend: str) -> Iterator[World]:
+    # Requesting lakefence_backend makes ``--lakefs-backend=both`` run the "lakefs" world on each backend
     # (tests/integration/conftest.py keeps the "memory" world to the first backend's pass).
     if request.param == "memory":
         yield MemoryWorld()
     else:
         from airflow_lakefence.lakefs_client import LakeFSClient
 
-        repo = request.getfixturevalue("lakefs_repo")
-        server = request.getfixturevalue("lakefs_server")
+        repo = request.getfixturevalue("lakefence_repo")
+        server = request.getfixturevalue("lakefence_server")
         yield LakeFSWorld(repo, LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key))
     failpoints.disarm_all()
 

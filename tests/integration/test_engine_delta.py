@@ -189,21 +189,27 @@ def test_without_tables_the_engine_makes_no_delta_call(world: World) -> None:
     assert result.delta_versions == {} and world.port.calls.get("diff_refs", 0) == 0
 
 
-def test_the_commit_sensor_waits_for_a_new_table_version(lakefs_repo: Any, lakefs_server: Any) -> None:
+def test_the_commit_sensor_waits_for_a_new_table_version(lakefence_repo: Any, lakefence_server: Any) -> None:
     """``LakeFSCommitSensor(prefix="<root>/_delta_log/")`` fires on a new Delta version, not on other commits."""
     from airflow_lakefence.lakefs_client import LakeFSClient
     from airflow_lakefence.sensors import LakeFSCommitSensor
     from airflow_lakefence.triggers.probes import probe_new_commit
 
-    client = LakeFSClient(lakefs_server.endpoint, lakefs_server.access_key_id, lakefs_server.secret_access_key)
-    lake = test_engine.LakeFSWorld(lakefs_repo, client)
+    client = LakeFSClient(lakefence_server.endpoint, lakefence_server.access_key_id, lakefence_server.secret_access_key)
+    lake = test_engine.LakeFSWorld(lakefence_repo, client)
     since = with_table(lake, versions=1)
     sensor = LakeFSCommitSensor(
-        task_id="new_version", repository=lakefs_repo.id, branch="main", since_ref=since, prefix=f"{EVENTS}/_delta_log/"
+        task_id="new_version",
+        repository=lakefence_repo.id,
+        branch="main",
+        since_ref=since,
+        prefix=f"{EVENTS}/_delta_log/",
     )
 
     def probe() -> str | None:
-        return probe_new_commit(client, repository=lakefs_repo.id, branch="main", since_ref=since, prefix=sensor.prefix)
+        return probe_new_commit(
+            client, repository=lakefence_repo.id, branch="main", since_ref=since, prefix=sensor.prefix
+        )
 
     assert probe() is None
     lake.write("main", {"reports/other.txt": "x", f"{EVENTS}/day=9/stray.parquet": "x"})

@@ -181,15 +181,15 @@ def test_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repos
     assert xcoms(dr, "publish").get("output_ref") is None
 
 
-def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.read_only_dag, publish_conf(repo, "main", {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["output_ref"] == values["input_ref"] == input_commit
     assert values["decision"] == "read_only"
-    counts = lakefs_controls.counts()
+    counts = lakefence_controls.counts()
     assert set(counts) == {"getCommit"}, counts
     assert repo.branch("main").get_commit().id == input_commit
     assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]

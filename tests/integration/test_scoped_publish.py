@@ -64,7 +64,7 @@ def crash() -> None:
 
 
 @pytest.fixture(params=["memory", "lakefs"])
-def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, lakefence_backend: str) -> Iterator[World]:
     if request.param == "memory":
         yield MemoryWorld()
     else:
@@ -73,15 +73,15 @@ def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World
 
 
 @pytest.fixture
-def http_world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[LakeFSWorld]:
+def http_world(request: pytest.FixtureRequest, lakefence_backend: str) -> Iterator[LakeFSWorld]:
     """Only lakeFS over HTTP: concurrent publications and the hard fence (the memory lakeFS runs no hook)."""
     yield _lakefs_world(request)
     failpoints.disarm_all()
 
 
 def _lakefs_world(request: pytest.FixtureRequest) -> LakeFSWorld:
-    repo = request.getfixturevalue("lakefs_repo")
-    server = request.getfixturevalue("lakefs_server")
+    repo = request.getfixturevalue("lakefence_repo")
+    server = request.getfixturevalue("lakefence_server")
     world = LakeFSWorld(repo, _adapter(server))
     world.server = server  # type: ignore[attr-defined]
     return world

@@ -38,16 +38,16 @@ def _check_main(repo: lakefs.Repository, merges: list[str], expected_paths: set[
         assert newer.parents[0] == older.id
 
 
-def test_parallel_publishes_from_threads(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+def test_parallel_publishes_from_threads(lakefence_server, lakefence_repo: lakefs.Repository) -> None:
     workers, rounds = 6, 4
     with ThreadPoolExecutor(workers) as pool:
         futures = [
             pool.submit(
                 publish_rounds,
-                lakefs_server.url,
-                lakefs_server.access_key_id,
-                lakefs_server.secret_access_key,
-                lakefs_repo.id,
+                lakefence_server.url,
+                lakefence_server.access_key_id,
+                lakefence_server.secret_access_key,
+                lakefence_repo.id,
                 f"t{w}",
                 rounds,
             )
@@ -55,19 +55,19 @@ def test_parallel_publishes_from_threads(lakefs_server, lakefs_repo: lakefs.Repo
         ]
         merges = [m for f in futures for m in f.result()]
     assert len(set(merges)) == workers * rounds
-    _check_main(lakefs_repo, merges, {f"out/t{w}/{i}" for w in range(workers) for i in range(rounds)})
+    _check_main(lakefence_repo, merges, {f"out/t{w}/{i}" for w in range(workers) for i in range(rounds)})
 
 
-def test_parallel_publishes_from_processes(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+def test_parallel_publishes_from_processes(lakefence_server, lakefence_repo: lakefs.Repository) -> None:
     workers, rounds = 3, 3
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [
             pool.submit(
                 publish_rounds,
-                lakefs_server.url,
-                lakefs_server.access_key_id,
-                lakefs_server.secret_access_key,
-                lakefs_repo.id,
+                lakefence_server.url,
+                lakefence_server.access_key_id,
+                lakefence_server.secret_access_key,
+                lakefence_repo.id,
                 f"p{w}",
                 rounds,
             )
@@ -75,11 +75,11 @@ def test_parallel_publishes_from_processes(lakefs_server, lakefs_repo: lakefs.Re
         ]
         merges = [m for f in futures for m in f.result()]
     assert len(set(merges)) == workers * rounds
-    _check_main(lakefs_repo, merges, {f"out/p{w}/{i}" for w in range(workers) for i in range(rounds)})
+    _check_main(lakefence_repo, merges, {f"out/p{w}/{i}" for w in range(workers) for i in range(rounds)})
 
 
-def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
-    shared = lakefs_repo.branch("shared").create("main")
+def test_parallel_commits_on_one_branch(lakefence_repo: lakefs.Repository) -> None:
+    shared = lakefence_repo.branch("shared").create("main")
     workers, files = 6, 5
     barrier = threading.Barrier(workers)
 
@@ -107,7 +107,7 @@ def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
         shared.commit("rest")
         commits += 1
     assert list(shared.uncommitted()) == []
-    committed_paths = {o.path for o in lakefs_repo.ref("shared@").objects(prefix="s/")}
+    committed_paths = {o.path for o in lakefence_repo.ref("shared@").objects(prefix="s/")}
     assert committed_paths == {f"s/{w}/{i}" for w in range(workers) for i in range(files)}
     assert commits >= 1 and commits <= workers * files
     assert len(list(shared.log())) == commits + 1

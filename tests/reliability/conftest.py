@@ -14,13 +14,13 @@ from tests.reliability.harness import ForkServer, Lake, attempt_env
 
 
 @pytest.fixture(scope="session")
-def lake(lakefs_server: Any) -> Lake:
+def lake(lakefence_server: Any) -> Lake:
     """The session's lakeFS (the local server, or a real one from the environment)."""
     return Lake(
-        lakefs_server.url,
-        lakefs_server.access_key_id,
-        lakefs_server.secret_access_key,
-        lakefs_server.storage_namespace,
+        lakefence_server.url,
+        lakefence_server.access_key_id,
+        lakefence_server.secret_access_key,
+        lakefence_server.storage_namespace,
     )
 
 

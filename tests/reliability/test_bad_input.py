@@ -184,12 +184,12 @@ def test_the_catalogue_is_complete() -> None:
 
 
 @pytest.fixture
-def world(lakefs_repo: lakefs.Repository, lakefs_conn: dict[str, str]) -> World:
-    input_commit = commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
-    side = lakefs_repo.branch("side").create("main")
-    side_commit = commit_files(lakefs_repo, "side", {"side.txt": "x"}, "not on main")
+def world(lakefence_repo: lakefs.Repository, lakefs_conn: dict[str, str]) -> World:
+    input_commit = commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")
+    side = lakefence_repo.branch("side").create("main")
+    side_commit = commit_files(lakefence_repo, "side", {"side.txt": "x"}, "not on main")
     assert side.get_commit().id == side_commit
-    return World(lakefs_repo, input_commit, side_commit, dict(lakefs_conn))
+    return World(lakefence_repo, input_commit, side_commit, dict(lakefs_conn))
 
 
 def _texts(error: BaseException) -> str:
@@ -207,7 +207,7 @@ def _texts(error: BaseException) -> str:
 def test_runtime_bad_input(
     dags: Any,
     world: World,
-    lakefs_controls: Any,
+    lakefence_controls: Any,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
     name: str,
@@ -220,13 +220,13 @@ def test_runtime_bad_input(
     conf = {"repository": repo.id, "target": "main", "input_ref": world.input_commit, "job": JOB}
     conf.update(case.conf(world))
     dag = getattr(dags, case.dag)
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(dag, conf)
     assert dr.state == "failed"
     error = dags.FAILURES[(dag.dag_id, 1)]
     assert type(error) is case.error, repr(error)
 
-    writes = {op: n for op, n in lakefs_controls.counts().items() if op in WRITE_OPERATIONS and n}
+    writes = {op: n for op, n in lakefence_controls.counts().items() if op in WRITE_OPERATIONS and n}
     assert writes == case.writes
     assert repo.branch("main").get_commit().id == world.input_commit
     after = sorted(b.id for b in repo.branches(show_hidden=True))
@@ -243,11 +243,11 @@ def test_runtime_bad_input(
 
 
 @pytest.mark.parametrize("name", sorted(PARSE_TIME))
-def test_parse_time_bad_input(lakefs_controls: Any, lakefs_conn: dict[str, str], name: str) -> None:
+def test_parse_time_bad_input(lakefence_controls: Any, lakefs_conn: dict[str, str], name: str) -> None:
     kwargs, expected = PARSE_TIME[name]
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     with pytest.raises(expected) as info:
         FencedSparkPublishOperator(**{**BASE, **kwargs})
     assert type(info.value) is expected
-    assert lakefs_controls.counts() == {}  # refused before anything talked to lakeFS
+    assert lakefence_controls.counts() == {}  # refused before anything talked to lakeFS
     assert lakefs_conn["password"] not in _texts(info.value)

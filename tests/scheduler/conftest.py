@@ -45,18 +45,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="module")
-def airflow_stack(lakefs_server: Any, request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
+def airflow_stack(lakefence_server: Any, request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
     """The full Airflow stack (api-server, scheduler, dag-processor, triggerer) with the test DAGs parsed.
 
     Connections ``lakefs_default`` (the session's lakeFS) and ``spark_local``, and one 1-slot pool
     per target of :data:`TARGETS`, are created through the REST API. The home directory is kept
     (and its path printed) when a test of the module failed, or with ``LAKEFENCE_TEST_KEEP_AIRFLOW_HOME`` set.
     """
-    create_repositories(lakefs_server.client(), lakefs_server.storage_namespace, TARGETS)
+    create_repositories(lakefence_server.client(), lakefence_server.storage_namespace, TARGETS)
     stack = AirflowStack(
         dag_files=[DAG_FILE],
         connections=lakefs_connection(
-            lakefs_server.endpoint, lakefs_server.access_key_id, lakefs_server.secret_access_key
+            lakefence_server.endpoint, lakefence_server.access_key_id, lakefence_server.secret_access_key
         ),
         pools={pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets},
     )

@@ -53,20 +53,20 @@ def _print_figures(airflow_stack: AirflowStack) -> Iterator[None]:
     print("\nreal-scheduler figures:", json.dumps({k: round(v, 2) for k, v in FIGURES.items()}))
 
 
-def repository(lakefs_server: Any, name: str) -> lakefs.Repository:
-    return tier_repository(lakefs_server.client(), name)
+def repository(lakefence_server: Any, name: str) -> lakefs.Repository:
+    return tier_repository(lakefence_server.client(), name)
 
 
 # -- 1. clear a running fenced task mid-Spark ---------------------------------------------------
 
 
 def test_clear_mid_spark_only_the_new_try_publishes(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Clearing try 1 while its Spark job runs: try 1 never publishes, try 2 does, within 30 s of the clear."""
     api, dag_id = airflow_stack.api, "lf_sched_clear"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
+    repo = repository(lakefence_server, "lf-sched-clear")
     base = repo.branch("main").get_commit().id
     signals = Signals(tmp_path)
     job = signals.job_spec(
@@ -119,7 +119,7 @@ def test_clear_mid_spark_only_the_new_try_publishes(
 
 
 def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_promptly(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Try 1 is cleared after its job, before attempt fence #1 (conf ``after_job``), before the kill.
 
@@ -129,7 +129,7 @@ def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_p
     """
     api, dag_id = airflow_stack.api, "lf_sched_clear"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
+    repo = repository(lakefence_server, "lf-sched-clear")
     base = repo.branch("main").get_commit().id
     signals = Signals(tmp_path)
     job = signals.job_spec(files={"tables/clear/part-0.txt": "rows again"}, stamp_path="tables/clear/stamp.txt")
@@ -155,7 +155,7 @@ def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_p
 
 
 def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_delay(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """The control of the test above: with ``stale_grace_period=0`` the stale try raises before the kill.
 
@@ -164,7 +164,7 @@ def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_d
     """
     api, dag_id = airflow_stack.api, "lf_sched_clear_no_grace"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
+    repo = repository(lakefence_server, "lf-sched-clear")
     base = repo.branch("no-grace").get_commit().id
     task = api.request("GET", f"/dags/{dag_id}/tasks/publish")
     assert task["retry_delay"]["days"] == 0 and task["retry_delay"]["seconds"] == 300, task["retry_delay"]
@@ -188,7 +188,7 @@ def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_d
 
 
 def test_marked_failed_and_marked_success_mid_run_publish_nothing(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Running tries marked failed or success stop without publishing, and the marks stand.
 
@@ -199,7 +199,7 @@ def test_marked_failed_and_marked_success_mid_run_publish_nothing(
     """
     api, dag_id = airflow_stack.api, "lf_sched_mark"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-mark")
+    repo = repository(lakefence_server, "lf-sched-mark")
     targets = {
         "publish_mark_failed": "mark-failed",
         "publish_mark_success": "mark-success",
@@ -261,12 +261,12 @@ def test_marked_failed_and_marked_success_mid_run_publish_nothing(
 
 
 def test_retry_after_publishing_replaces_the_publication(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Try 1 dies right after its merge (``after_verify=exit``); Airflow retries; try 2 replaces the merge."""
     api, dag_id = airflow_stack.api, "lf_sched_retry"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-retry")
+    repo = repository(lakefence_server, "lf-sched-retry")
     base = repo.branch("main").get_commit().id
     signals = Signals(tmp_path)
     job = signals.job_spec(files={"tables/retry/part-0.txt": "rows"}, stamp_path="tables/retry/stamp.txt")
@@ -300,12 +300,12 @@ def test_retry_after_publishing_replaces_the_publication(
 
 
 def test_backfill_publishes_once_per_run_in_logical_date_order(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """A 5-date backfill through the 1-slot pool: linear history, one publication per run, in date order."""
     api, dag_id = airflow_stack.api, "lf_sched_backfill"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-backfill")
+    repo = repository(lakefence_server, "lf-sched-backfill")
     base = repo.branch("main").get_commit().id
     signals = Signals(tmp_path)
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")

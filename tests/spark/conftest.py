@@ -31,11 +31,11 @@ if not (DAGS_FOLDER / "sparkdags").exists():
 
 
 @pytest.fixture
-def gateway_lakefs(lakefs_server: Any) -> Any:
+def gateway_lakefs(lakefence_server: Any) -> Any:
     """The session's lakeFS, if it serves the S3 gateway (a real lakeFS); skip otherwise."""
-    if lakefs_server.is_local:
+    if lakefence_server.is_local:
         pytest.skip("S3A needs the real lakeFS's S3 gateway (--lakefs-backend=real or LAKEFENCE_TEST_LAKEFS_*)")
-    return lakefs_server
+    return lakefence_server
 
 
 @pytest.fixture

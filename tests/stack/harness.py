@@ -3,7 +3,7 @@
 The base of the real-scheduler tier (tests/scheduler) and the Celery tier (tests/celery, which adds
 Redis and Celery workers). :class:`AirflowStack` makes a throw-away ``AIRFLOW_HOME`` whose metadata
 database is a database of its own on PostgreSQL, as in production (the test process's throw-away
-cluster, :func:`airflow_lakefence.testing.postgres.shared_cluster`, unless given a URL), uses the
+cluster, :func:`tests.tools.postgres.shared_cluster`, unless given a URL), uses the
 LocalExecutor, puts the given DAG
 files into its dags folder, migrates the database, starts the four components as subprocesses on
 free loopback ports, waits until the health endpoint reports all of them healthy, and gives a
@@ -37,7 +37,7 @@ import httpx
 import psutil
 from cryptography.fernet import Fernet
 
-from airflow_lakefence.testing.postgres import PostgresCluster, shared_cluster
+from tests.tools.postgres import PostgresCluster, shared_cluster
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Every process the stack starts carries this variable (value: the stack's id), so teardown finds
