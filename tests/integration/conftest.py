@@ -7,22 +7,8 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.pytest_plugin import selected_backends
 from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the engine tests' in-memory world once, not once per lakeFS backend it does not use."""
-    first = selected_backends(config)[0]
-    keep, drop = [], []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        extra = params.get("world") == "memory" and params.get("lakefence_backend", first) != first
-        (drop if extra else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""Delta tables declared as outputs of the publish engine: the checks of steps 1 and 7, on both worlds.
+"""Delta tables declared as outputs of the publish engine: the checks of steps 1 and 7, over HTTP.
 
-The job plays Delta with plain objects (``_delta_log/<v>.json`` and data files) on the in-memory
-lakeFS and on the session's lakeFS backend; real Delta writes through Spark are tests/delta's.
+The job plays Delta with plain objects (``_delta_log/<v>.json`` and data files) on the session's
+lakeFS backend; real Delta writes through Spark are tests/delta's.
 Outcomes are asserted on the target's HEAD, the staging branches left and the engine's result.
 """
 
@@ -25,7 +25,7 @@ from airflow_lakefence.exceptions import (
 from tests.integration import test_engine
 from tests.integration.test_engine import Crash, Run, World, crash
 
-world = test_engine.world  # the fixture: the in-memory lakeFS and the session's lakeFS backend
+world = test_engine.world  # the fixture: a new repository on the session's lakeFS
 
 EVENTS = "tables/events"
 
@@ -191,12 +191,11 @@ def test_without_tables_the_engine_makes_no_delta_call(world: World) -> None:
 
 def test_the_commit_sensor_waits_for_a_new_table_version(lakefence_repo: Any, lakefence_server: Any) -> None:
     """``LakeFSCommitSensor(prefix="<root>/_delta_log/")`` fires on a new Delta version, not on other commits."""
-    from airflow_lakefence.lakefs_client import LakeFSClient
     from airflow_lakefence.sensors import LakeFSCommitSensor
     from airflow_lakefence.triggers.probes import probe_new_commit
 
-    client = LakeFSClient(lakefence_server.endpoint, lakefence_server.access_key_id, lakefence_server.secret_access_key)
-    lake = test_engine.LakeFSWorld(lakefence_repo, client)
+    lake = test_engine.World(lakefence_repo, lakefence_server)
+    client = lake.client
     since = with_table(lake, versions=1)
     sensor = LakeFSCommitSensor(
         task_id="new_version",
