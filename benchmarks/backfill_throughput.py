@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-one-writer", action="store_true")
     parser.add_argument("--calls-by-endpoint", action="store_true")
     add_backend_arguments(parser)
-    parser.set_defaults(lakefence_backend="real")
+    parser.set_defaults(lakefs_backend="real")
     args = parser.parse_args(argv)
 
     import lakefs

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="publishes per latency (median)")
     parser.add_argument("--soft", action="store_true", help="the soft fence only (hard_fence='off')")
     add_backend_arguments(parser)
-    parser.set_defaults(lakefence_backend="real")
+    parser.set_defaults(lakefs_backend="real")
     args = parser.parse_args(argv)
     home = temp_home("lakefence-profile-bench-").resolve()
     atexit.register(shutil.rmtree, home, True)

@@ -209,6 +209,18 @@ def load_dag_module(relative: str) -> ModuleType:
     return module
 
 
+def fresh_dag_module(relative: str, *records: str) -> Any:
+    """:func:`load_dag_module`, with what earlier tests recorded in the module forgotten.
+
+    :param relative: e.g. ``testdags/fenced_test_dags.py``.
+    :param records: the module's collections to clear (default: its ``FAILURES``).
+    """
+    module = load_dag_module(relative)
+    for name in records or ("FAILURES",):
+        getattr(module, name).clear()
+    return module
+
+
 @pytest.fixture
 def clean_failpoints() -> Iterator[None]:
     """Disarm every in-process failpoint after the test."""

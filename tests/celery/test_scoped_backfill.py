@@ -33,8 +33,8 @@ import pytest
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
 from tests.celery.conftest import FIGURES
-from tests.celery.harness import CeleryStack
 from tests.dags.celery_dags import SCOPED_DAYS, START, date_hold_name
+from tests.stack.celery import CeleryStack
 from tests.stack.harness import wait_for
 from tests.stack.tier import (
     Signals,

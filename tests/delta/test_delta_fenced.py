@@ -29,7 +29,7 @@ from airflow_lakefence.delta import delta_package
 from airflow_lakefence.exceptions import DeltaOutputModeError, PublishFenceError
 from airflow_lakefence.spark import configure_s3a
 from tests.conftest import DAGS_FOLDER, TIER_FIGURES_PROPERTY
-from tests.integration.helpers import die_after_publishing, read_text, staging_branches, xcoms
+from tests.integration.helpers import die_after_publishing, read_text, spark_task, staging_branches, xcoms
 
 pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
 
@@ -248,20 +248,9 @@ def test_a_foreign_delta_commit_during_the_job_fails_closed_and_keeps_the_eviden
 def test_replace_declared_on_a_table_root_is_refused_before_the_job(
     lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
-    from airflow_lakefence.operators import FencedSparkPublishOperator
-
     # Known at parse time: the DAG does not load.
     with pytest.raises(DeltaOutputModeError, match="is the table's root 'tables/events', and output_mode='replace'"):
-        FencedSparkPublishOperator(
-            task_id="refused",
-            application="job.py",
-            repository="repo",
-            target_branch="main",
-            input_ref="main",
-            write_mode="direct",
-            output_prefixes=["tables/events/"],
-            output_tables=[TABLE],
-        )
+        spark_task(write_mode="direct", output_prefixes=["tables/events/"], output_tables=[TABLE])
     # Known only at run time (a templated prefix above the table): the try fails before any write.
     head = lakefence_repo.branch("main").get_commit().id
     conf = {"repository": lakefence_repo.id, "input_ref": head, "day": D1, "prefix": "tables/"}

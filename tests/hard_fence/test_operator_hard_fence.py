@@ -11,7 +11,7 @@ import pytest
 from airflow_lakefence.core import hardfence as hf
 from airflow_lakefence.exceptions import HardFenceMissingError
 from airflow_lakefence.hardfence import install_hard_fence
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module, load_dag_module
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, protect
 from tests.integration.helpers import die_after_publishing, run_dag, ti_state, xcoms
@@ -21,10 +21,7 @@ pytestmark = [pytest.mark.hard_fence, pytest.mark.usefixtures("airflow_db", "lak
 
 @pytest.fixture
 def dags() -> Any:
-    module = load_dag_module("testdags/hard_fence_dags.py")
-    module.FAILURES.clear()
-    module.RUNS.clear()
-    return module
+    return fresh_dag_module("testdags/hard_fence_dags.py", "FAILURES", "RUNS")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, **files: str) -> dict[str, Any]:

@@ -53,6 +53,8 @@ def _merge(adapter: CountingClient, repo: str, staged: str, base: str, prefixes:
 
 
 def _install_v1(repo: lakefs.Repository) -> str:
+    """Seed ``main``, then install the hard fence's first version (no scoped rule); return its commit."""
+    commit_on(repo, "main", {"data/seed": b"seed"}, "seed")
     return commit_on(repo, "main", {hf.ACTION_PATH: hf.render_action_bytes(1)}, "install the hard fence v1")
 
 
@@ -166,9 +168,6 @@ def test_an_unscoped_merge_under_v2_behaves_as_v1(fenced_repo: lakefs.Repository
 def test_v1_keeps_fencing_branch_wide_merges_and_refuses_scoped_ones_with_an_upgrade_message(
     lakefence_repo: lakefs.Repository, adapter: CountingClient
 ) -> None:
-    main = lakefence_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
     base = _install_v1(lakefence_repo)
     check = hf.check_ref(adapter, lakefence_repo.id, base)
     assert (check.status, check.installed_version, check.enforced, check.scoped) == (
@@ -213,9 +212,6 @@ def test_probe_proves_the_scoped_rule_runs(fenced_repo: lakefs.Repository, adapt
 def test_probe_on_v1_says_scoped_merges_are_not_fenced(
     lakefence_repo: lakefs.Repository, adapter: CountingClient
 ) -> None:
-    main = lakefence_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
     _install_v1(lakefence_repo)
     probe = probe_hard_fence(adapter, lakefence_repo.id, "main")
     assert (probe.enforced, probe.scoped) == (True, False)
@@ -291,9 +287,6 @@ def test_command_line_reports_v1_and_upgrades_it_to_the_scoped_fence(
         code = cli_main([*args, "--repository", lakefence_repo.id, "--branch", "main", "--from-env", "--json"])
         return code, json.loads(capsys.readouterr().out)
 
-    main = lakefence_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
     _install_v1(lakefence_repo)
     code, out = cli("check")
     assert (code, out["status"], out["installed_version"], out["branch_wide"], out["scoped"]) == (

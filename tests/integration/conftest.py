@@ -7,16 +7,14 @@ from typing import Any
 import lakefs
 import pytest
 
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module, load_dag_module
 from tests.integration.helpers import commit_files
 
 
 @pytest.fixture
 def dags() -> Any:
     """tests/dags/fenced_test_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/fenced_test_dags.py")
 
 
 @pytest.fixture

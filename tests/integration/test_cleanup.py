@@ -33,6 +33,16 @@ def leave_branch_at(point: str, lakefence_controls: Any) -> None:
     failpoints.arm(point, die)
 
 
+def dead_attempt(point: str, dag: Any, seeded: tuple[lakefs.Repository, str], controls: Any) -> list[str]:
+    """Run ``dag`` once with its attempt dying at ``point`` (:func:`leave_branch_at`); return the
+    staging branches left."""
+    repo, input_commit = seeded
+    leave_branch_at(point, controls)
+    assert run_dag(dag, publish_conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    return staging_branches(repo)
+
+
 def mark_evidence(client: LakeFSClient, repository: str, branch: str, error: str) -> None:
     """Write the evidence marker the operator writes when it keeps a branch (see the report's patch)."""
     head = client.get_commit(repository, branch)
@@ -62,12 +72,8 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     repo, input_commit = seeded
     client = LakeFSHook().client
     # A dead unstaged attempt (died during its job) and a dead staged one (died after staging).
-    leave_branch_at("after_job", lakefence_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    leave_branch_at("after_stage", lakefence_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
+    dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
+    dead_attempt("after_stage", publishers.direct_dag, seeded, lakefence_controls)
     # A fence violation: a foreign commit lands during the job; the operator keeps the branch.
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
     assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
@@ -120,10 +126,7 @@ def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
     repo, input_commit = seeded
     # A direct-mode attempt died after its job: its output is uncommitted on the unstaged branch, as
     # the uploads of a try that failed closed before staging and could not mark its branch.
-    leave_branch_at("after_job", lakefence_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
+    (left,) = dead_attempt("after_job", publishers.direct_dag, seeded, lakefence_controls)
     assert repo.branch(left).get_commit().id == input_commit and list(repo.branch(left).uncommitted())
     lakefence_controls.reset_counts()
     result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
@@ -138,11 +141,9 @@ def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
 def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
-    repo, input_commit = seeded
+    repo, _ = seeded
     client = LakeFSHook().client
-    leave_branch_at("after_stage", lakefence_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
+    dead_attempt("after_stage", publishers.direct_dag, seeded, lakefence_controls)
     (staged,) = staging_branches(repo)
     # As if the worker had died in the middle of a merge-only replacement: the hidden temporary
     # branch it made from the target outlived it (a SIGKILL runs no ``finally``).
@@ -167,10 +168,7 @@ def test_keeps_a_live_attempts_branch(
     from airflow_lakefence.task_instances import TaskSdkView
 
     # A dead attempt's (unstaged) leftover of another run...
-    leave_branch_at("after_job", lakefence_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    dead = staging_branches(repo)
+    dead = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
     results: list[dict[str, Any]] = []
 
     def clean_while_running() -> None:
@@ -197,11 +195,8 @@ def test_keeps_a_live_attempts_branch(
 def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
     publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
-    repo, input_commit = seeded
-    leave_branch_at("after_job", lakefence_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
+    repo, _ = seeded
+    (left,) = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
     lakefence_controls.add_fault("deleteBranch", status=500)
     dr = run_dag(cleaners.clean_dag, {"repository": repo.id})
     assert dr.state == "success"
@@ -222,10 +217,7 @@ def test_unidentified_branch_deleted_after_max_age(
     lakefence_client: lakefs.Client,
 ) -> None:
     repo, input_commit = seeded
-    leave_branch_at("after_job", lakefence_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
+    (left,) = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
     # No publishers given and no record on the branch: the first sight only starts the clock...
     first = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")
     assert first["return_value"]["deleted"] == []

@@ -49,7 +49,7 @@ from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, 
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 
@@ -305,8 +305,7 @@ def protected_targets(server: Backdoor, history: dict[int, str]) -> str:
 
 @pytest.fixture
 def dags() -> Iterator[Any]:
-    module = load_dag_module("testdags/cost_dags.py")
-    module.FAILURES.clear()
+    module = fresh_dag_module("testdags/cost_dags.py")
     yield module
     module.PROBE["try_start"] = None
 

@@ -169,8 +169,9 @@ class Run:
             elif locations.staging_branch is not None:
                 self.world.stage(locations.staging_branch, path, text)
 
-    def engine(self) -> PublishEngine:
-        request = PublishRequest(
+    def request(self, **more: Any) -> PublishRequest:
+        """The run's request into ``main``; ``more`` adds fields."""
+        return PublishRequest(
             repository=self.world.repository,
             target_branch="main",
             input_ref=self.input_ref or self.world.input,
@@ -181,7 +182,11 @@ class Run:
             publish_budget=self.budget,
             deadline=self.deadline,
             replace_by_merge=self.replace_by_merge,
+            **more,
         )
+
+    def engine(self) -> PublishEngine:
+        request = self.request()
         return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
 
     def __call__(self) -> Any:

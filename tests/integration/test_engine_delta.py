@@ -14,7 +14,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.core.engine import PublishEngine, PublishRequest
+from airflow_lakefence.core.engine import PublishRequest
 from airflow_lakefence.exceptions import (
     DeltaLogError,
     DeltaOutputModeError,
@@ -47,17 +47,8 @@ class DeltaRun(Run):
         self.ran += 1
         super().job(locations)
 
-    def engine(self) -> PublishEngine:
-        request = PublishRequest(
-            repository=self.world.repository,
-            target_branch="main",
-            input_ref=self.input_ref or self.world.input,
-            write_mode=self.write_mode,
-            output_prefixes=self.prefixes,
-            output_mode=self.output_mode,
-            output_tables=self.tables,
-        )
-        return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
+    def request(self, **more: Any) -> PublishRequest:
+        return super().request(output_mode=self.output_mode, output_tables=self.tables, **more)
 
 
 def with_table(world: World, versions: int = 1) -> str:

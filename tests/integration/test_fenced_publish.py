@@ -23,6 +23,7 @@ from airflow_lakefence.exceptions import (
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
+    foreign_commit_during_the_job,
     publish_conf,
     read_text,
     run_dag,
@@ -126,13 +127,7 @@ def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = seeded
-    foreign: list[str] = []
-    failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
-    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = dags.FAILURES[("lf_test_workspace", 1)]
-    assert type(error) is PublishFenceError
-    assert repo.branch("main").get_commit().id == foreign[0]
+    _, error = foreign_commit_during_the_job(dags.workspace_dag, dags.FAILURES, seeded)
     kept = staging_branches(repo)
     assert kept == [error.staging_branch]
     marker = repo.branch(kept[0]).get_commit()  # the evidence marker retries and the cleaner recognise

@@ -13,7 +13,7 @@ import pytest
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSAuthError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
-from tests.integration.helpers import commit_files
+from tests.integration.helpers import SPARK_TASK, commit_files
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -72,13 +72,7 @@ def test_resolve_ref_operator(lakefence_repo: lakefs.Repository) -> None:
         LakeFSResolveRefOperator(task_id="r", repository=lakefence_repo.id, ref="nope").execute({})
 
 
-BASE: dict[str, Any] = {
-    "task_id": "t",
-    "repository": "repo",
-    "target_branch": "main",
-    "input_ref": "main",
-    "application": "a.py",
-}
+BASE: dict[str, Any] = SPARK_TASK
 
 
 @pytest.mark.parametrize(

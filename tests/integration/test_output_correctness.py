@@ -28,7 +28,7 @@ from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.triggers.probes import probe_abandoned
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
@@ -47,9 +47,7 @@ PREFIX = "tables/daily/"
 
 @pytest.fixture
 def dags() -> Any:
-    module = load_dag_module("testdags/output_correctness_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/output_correctness_dags.py")
 
 
 def objects(repo: lakefs.Repository, ref: str, prefix: str) -> list[str]:
@@ -414,14 +412,20 @@ def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
     assert repo.branch("main").get_commit().id == input_commit
 
 
+def _merge_answers(status: int, dags: Any, seeded: tuple[lakefs.Repository, str], controls: Any) -> Any:
+    """Publish ``out/a.txt`` while lakeFS answers the merge with ``status``; return the failed try's error."""
+    repo, input_commit = seeded
+    controls.add_fault("mergeIntoBranch", status=status)
+    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    return failure(dags, dags.workspace_dag)
+
+
 def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefence_controls.add_fault("mergeIntoBranch", status=412)
-    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = failure(dags, dags.workspace_dag)
+    error = _merge_answers(412, dags, seeded, lakefence_controls)
     assert type(error).__name__ == "MergeHookRejectedError", repr(error)
     assert isinstance(error, PublishFenceError) and error.staging_branch
     assert "hook" in str(error) and "What to do:" in str(error)
@@ -461,10 +465,7 @@ def test_merge_400_other_than_dirty_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefence_controls.add_fault("mergeIntoBranch", status=400)
-    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = failure(dags, dags.workspace_dag)
+    error = _merge_answers(400, dags, seeded, lakefence_controls)
     branch = getattr(error, "staging_branch", None)
     assert branch, repr(error)
     _assert_kept_as_evidence(repo, branch, type(error).__name__)

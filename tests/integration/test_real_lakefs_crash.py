@@ -18,7 +18,7 @@ import pytest
 
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.testing.lakefs_server.controls import Call
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.integration.helpers import publications_on_top_of, read_text, run_dag, staging_branches, ti_state, xcoms
 
 pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
@@ -26,9 +26,7 @@ pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "la
 
 @pytest.fixture
 def crash_dags() -> Any:
-    module = load_dag_module("testdags/real_lakefs_dags.py")
-    module.FAILURES.clear()
-    module.ON_RETRY.clear()
+    module = fresh_dag_module("testdags/real_lakefs_dags.py", "FAILURES", "ON_RETRY")
     yield module
     module.ON_RETRY.clear()
 

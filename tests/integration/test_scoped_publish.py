@@ -27,11 +27,12 @@ from airflow_lakefence.exceptions import (
     PublishRaceError,
 )
 from airflow_lakefence.hardfence import install_hard_fence
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.integration import test_engine
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
+    python_task,
     read_text,
     run_dag,
     run_together,
@@ -342,9 +343,7 @@ def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(world: Wor
 
 @pytest.fixture
 def scoped_dags(airflow_db: Any, lakefs_conn: Any, clean_failpoints: Any) -> Any:
-    module = load_dag_module("testdags/scoped_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_dags.py")
 
 
 def _conf(repo: Any, input_ref: str, n: int, files: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -401,37 +400,12 @@ def test_operator_retry_replaces_its_crashed_publication_under_another(scoped_da
 
 
 def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
-    from airflow_lakefence.operators import FencedPythonPublishOperator
-
     with pytest.raises(InvalidInputError, match="needs output_prefixes"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="r",
-            target_branch="main",
-            input_ref="main",
-            fence_scope="prefixes",
-        )
+        python_task(fence_scope="prefixes")
     with pytest.raises(InvalidInputError, match="overlap"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="r",
-            target_branch="main",
-            input_ref="main",
-            fence_scope="prefixes",
-            output_prefixes=["a/"],
-            input_prefixes=["d/", "d/e/"],
-        )
+        python_task(fence_scope="prefixes", output_prefixes=["a/"], input_prefixes=["d/", "d/e/"])
     with pytest.raises(InvalidInputError, match="branch-wide"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="r",
-            target_branch="main",
-            input_ref="main",
-            input_prefixes=["d/"],
-        )
+        python_task(input_prefixes=["d/"])
     # Rendered per run: refused before any write.
     repo, input_commit = seeded
     run = run_dag(scoped_dags.nested_dag, _conf(repo, input_commit, 1, {}) | {"also": "tables/t/"})

@@ -25,7 +25,7 @@ import pytest
 from airflow_lakefence.core.metadata import WRITE_SET_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
 from airflow_lakefence.exceptions import PublishFenceError
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER, fresh_dag_module
 from tests.integration.helpers import commit_files, die_after_publishing, run_dag, xcoms
 from tests.integration.sensor_helpers import after, sensor_waits, waited_how
 
@@ -40,16 +40,12 @@ def day(n: int) -> str:
 
 @pytest.fixture
 def scoped_dags() -> Any:
-    module = load_dag_module("testdags/scoped_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_dags.py")
 
 
 @pytest.fixture
 def around() -> Any:
-    module = load_dag_module("testdags/scoped_surroundings_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_surroundings_dags.py")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, n: int, files: dict[str, str] | None = None) -> dict[str, Any]:

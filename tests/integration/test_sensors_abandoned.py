@@ -183,34 +183,26 @@ def test_deferred_detect_fires_in_the_triggerer(
     assert waited_how(dr)["deferred"]
 
 
-def test_deferred_settled_fires_in_the_triggerer(
-    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]
+@pytest.mark.parametrize("mode", ["deferred", "rescheduled"])
+def test_settled_fires_deferred_in_the_triggerer_and_in_reschedule_mode(
+    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], mode: str
 ) -> None:
     repo, input_commit = seeded
     abandoned_by_try_1(publishers, repo, input_commit)
     from airflow_lakefence.hooks.lakefs import LakeFSHook
 
     client = LakeFSHook().client
-    waiting = sensor_waits("lf_sense_settled_deferred", "deferred")
+    dag_id = "lf_sense_settled_deferred" if mode == "deferred" else "lf_sense_settled_reschedule"
+    dag = sensors.settled_deferred_dag if mode == "deferred" else sensors.settled_reschedule_dag
+    waiting = sensor_waits(dag_id, mode)
     with after(0.2, lambda: client.hard_reset(repo.id, "main", input_commit), once=waiting) as errors:
-        dr = run_dag(sensors.settled_deferred_dag, {"repository": repo.id})
+        dr = run_dag(dag, {"repository": repo.id})
     assert not errors
     assert dr.state == "success"
     value = xcoms(dr, "sense")["return_value"]
-    assert value["verdict"] == "not_a_publication" and value["head"] == input_commit
-    assert waited_how(dr)["deferred"]
-
-
-def test_settled_reschedule_mode(publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
-    repo, input_commit = seeded
-    abandoned_by_try_1(publishers, repo, input_commit)
-    from airflow_lakefence.hooks.lakefs import LakeFSHook
-
-    client = LakeFSHook().client
-    waiting = sensor_waits("lf_sense_settled_reschedule", "rescheduled")
-    with after(0.2, lambda: client.hard_reset(repo.id, "main", input_commit), once=waiting) as errors:
-        dr = run_dag(sensors.settled_reschedule_dag, {"repository": repo.id})
-    assert not errors
-    assert dr.state == "success"
-    assert xcoms(dr, "sense")["return_value"]["head"] == input_commit
-    assert waited_how(dr)["reschedules"] >= 1
+    assert value["head"] == input_commit
+    if mode == "deferred":
+        assert value["verdict"] == "not_a_publication"
+        assert waited_how(dr)["deferred"]
+    else:
+        assert waited_how(dr)["reschedules"] >= 1

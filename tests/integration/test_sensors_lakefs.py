@@ -108,35 +108,37 @@ def test_file_sensor_ignores_uncommitted_objects(sensors: Any, seeded: tuple[lak
     assert dr.state == "failed"
 
 
-def test_file_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
-    repo, _ = seeded
+def _late_commit_fires_the_deferred_sensor(
+    sensors: Any, repo: lakefs.Repository, dag: str, conf: dict[str, str], files: dict[str, str]
+) -> str:
+    """Run the deferred sensor DAG ``lf_sense_<dag>`` while a commit of ``files`` lands; return the commit."""
     made: list[str] = []
-    late = lambda: made.append(commit_files(repo, "main", {"late/x.txt": "x"}, "late"))  # noqa: E731
-    with after(0.2, late, once=sensor_waits("lf_sense_file_deferred", "deferred")) as errors:
-        dr = run_dag(sensors.file_deferred_dag, {"repository": repo.id, "path": "late/x.txt"})
+    late = lambda: made.append(commit_files(repo, "main", files, "late"))  # noqa: E731
+    with after(0.2, late, once=sensor_waits(f"lf_sense_{dag}", "deferred")) as errors:
+        dr = run_dag(getattr(sensors, f"{dag}_dag"), {"repository": repo.id, **conf})
     assert not errors
     assert dr.state == "success"
     assert xcoms(dr, "sense")["return_value"] == made[0]
     assert waited_how(dr)["deferred"]
+    return made[0]
+
+
+def test_file_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, _ = seeded
+    _late_commit_fires_the_deferred_sensor(sensors, repo, "file_deferred", {"path": "late/x.txt"}, {"late/x.txt": "x"})
 
 
 def test_prefix_file_sensor_deferred(
     sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, _ = seeded
-    made: list[str] = []
-    late = lambda: made.append(commit_files(repo, "main", {"tables/t/p0": "0", "tables/t/p1": "1"}, "t"))  # noqa: E731
-    with after(0.2, late, once=sensor_waits("lf_sense_prefix_deferred", "deferred")) as errors:
-        dr = run_dag(sensors.prefix_deferred_dag, {"repository": repo.id, "prefix": "tables/t/"})
-    assert not errors
-    assert dr.state == "success"
-    assert xcoms(dr, "sense")["return_value"] == made[0]
-    assert waited_how(dr)["deferred"]
+    files = {"tables/t/p0": "0", "tables/t/p1": "1"}
+    made = _late_commit_fires_the_deferred_sensor(sensors, repo, "prefix_deferred", {"prefix": "tables/t/"}, files)
     # The same probe, measured alone: two calls whatever the prefix holds.
     from airflow_lakefence.triggers.probes import probe_object
 
     lakefence_controls.reset_counts()
-    assert probe_object(LakeFSHook().client, repository=repo.id, ref="main", path=None, prefix="tables/") == made[0]
+    assert probe_object(LakeFSHook().client, repository=repo.id, ref="main", path=None, prefix="tables/") == made
     assert lakefence_controls.counts() == {"getCommit": 1, "listObjects": 1}
 
 

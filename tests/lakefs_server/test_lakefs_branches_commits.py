@@ -21,6 +21,15 @@ def _put(branch: lakefs.Branch, path: str, data: str = "x") -> None:
     branch.object(path).upload(data)
 
 
+def _commits(branch: lakefs.Branch, count: int) -> list[str]:
+    """Commit ``count`` times on ``branch`` (one new file each, ``f<i>``); return the ids, oldest first."""
+    ids = []
+    for i in range(count):
+        _put(branch, f"f{i}", str(i))
+        ids.append(branch.commit(f"c{i}").get_commit().id)
+    return ids
+
+
 def test_config_and_healthcheck(lakefence_client: lakefs.Client) -> None:
     api = lakefence_client.sdk_client
     api.health_check_api.health_check()
@@ -173,10 +182,7 @@ def test_commit_generation_and_version(lakefence_repo: lakefs.Repository, lakefe
 
 def test_log_amount_after_first_parent(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
     main = lakefence_repo.branch("main")
-    ids = []
-    for i in range(5):
-        _put(main, f"f{i}", str(i))
-        ids.append(main.commit(f"c{i}").get_commit().id)
+    ids = _commits(main, 5)
     log = [c.id for c in main.log()]
     assert log[:5] == list(reversed(ids))
     assert len(log) == 6
@@ -323,10 +329,7 @@ def test_repository_listing_pagination(lakefence_server, lakefence_client: lakef
 
 def test_log_limit_and_stop_at(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
     main = lakefence_repo.branch("main")
-    ids = []
-    for i in range(4):
-        _put(main, f"f{i}", str(i))
-        ids.append(main.commit(f"c{i}").get_commit().id)
+    ids = _commits(main, 4)
     api = lakefence_client.sdk_client.refs_api
     stopped = api.log_commits(lakefence_repo.id, "main", stop_at=ids[1])
     assert [c.id for c in stopped.results] == [ids[3], ids[2], ids[1]]

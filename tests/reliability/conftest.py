@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.reliability.harness import ForkServer, Lake, attempt_env
 
 
@@ -47,6 +47,4 @@ def driver_env(lake: Lake, airflow_home: Path) -> dict[str, str]:
 @pytest.fixture
 def dags() -> Any:
     """tests/dags/reliability_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/reliability_dags.py")

@@ -38,7 +38,7 @@ from airflow_lakefence.exceptions import (
     WorkspaceError,
 )
 from airflow_lakefence.operators import FencedSparkPublishOperator
-from tests.integration.helpers import commit_files, run_dag
+from tests.integration.helpers import SPARK_TASK, commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -154,13 +154,7 @@ RUNTIME: dict[str, Case] = {
     ),
 }
 
-BASE: dict[str, Any] = {
-    "task_id": "t",
-    "repository": "repo",
-    "target_branch": "main",
-    "input_ref": "main",
-    "application": "a.py",
-}
+BASE: dict[str, Any] = SPARK_TASK
 PARSE_TIME: dict[str, tuple[dict[str, Any], type[LakeFenceError]]] = {
     "negative publish budget": ({"publish_budget": -1}, InvalidInputError),
     "negative stale grace period": ({"stale_grace_period": -5}, InvalidInputError),

@@ -5,7 +5,7 @@ triggerer; the metadata database on PostgreSQL), the session's lakeFS, the fake 
 The task processes are real forks with heartbeats, so clearing or marking a running task instance makes the supervisor
 SIGTERM it (``on_kill``) a few seconds later, exactly as in production.
 
-The jobs (tests/scheduler/sched_job.py) drop a ``.started`` file in a signal directory as soon as
+The jobs (tests/stack/sched_job.py) drop a ``.started`` file in a signal directory as soon as
 they run, so "mid-Spark" is an observed fact, not a guess from the clock.
 """
 
@@ -32,6 +32,7 @@ from tests.stack.tier import (
     read_text,
     record_of,
     run_backfill,
+    scenario,
     staging_branches,
     task_processes,
     timestamp,
@@ -64,11 +65,9 @@ def test_clear_mid_spark_only_the_new_try_publishes(
     airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Clearing try 1 while its Spark job runs: try 1 never publishes, try 2 does, within 30 s of the clear."""
-    api, dag_id = airflow_stack.api, "lf_sched_clear"
-    assert api is not None
-    repo = repository(lakefence_server, "lf-sched-clear")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_clear", repository(lakefence_server, "lf-sched-clear"), tmp_path
+    )
     job = signals.job_spec(
         files={"tables/clear/part-0.txt": "rows"}, stamp_path="tables/clear/stamp.txt", sleep_by_try={"1": 600}
     )
@@ -127,11 +126,9 @@ def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_p
     kill instead of failing at once, so the restarting task instance is not sent to up_for_retry
     (300 s retry delay): try 2 starts within 30 s and is the only one to publish.
     """
-    api, dag_id = airflow_stack.api, "lf_sched_clear"
-    assert api is not None
-    repo = repository(lakefence_server, "lf-sched-clear")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_clear", repository(lakefence_server, "lf-sched-clear"), tmp_path
+    )
     job = signals.job_spec(files={"tables/clear/part-0.txt": "rows again"}, stamp_path="tables/clear/stamp.txt")
     api.unpause(dag_id)
     with HeadRecorder(repo, "main") as heads:
@@ -264,11 +261,9 @@ def test_retry_after_publishing_replaces_the_publication(
     airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Try 1 dies right after its merge (``after_verify=exit``); Airflow retries; try 2 replaces the merge."""
-    api, dag_id = airflow_stack.api, "lf_sched_retry"
-    assert api is not None
-    repo = repository(lakefence_server, "lf-sched-retry")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_retry", repository(lakefence_server, "lf-sched-retry"), tmp_path
+    )
     job = signals.job_spec(files={"tables/retry/part-0.txt": "rows"}, stamp_path="tables/retry/stamp.txt")
     api.unpause(dag_id)
     with HeadRecorder(repo, "main") as heads:
@@ -303,11 +298,9 @@ def test_backfill_publishes_once_per_run_in_logical_date_order(
     airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """A 5-date backfill through the 1-slot pool: linear history, one publication per run, in date order."""
-    api, dag_id = airflow_stack.api, "lf_sched_backfill"
-    assert api is not None
-    repo = repository(lakefence_server, "lf-sched-backfill")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_backfill", repository(lakefence_server, "lf-sched-backfill"), tmp_path
+    )
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")
     started = time.monotonic()
     with HeadRecorder(repo, "main") as heads:

@@ -23,7 +23,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER, fresh_dag_module
 
 HERE = Path(__file__).resolve().parent
 if not (DAGS_FOLDER / "sparkdags").exists():
@@ -41,9 +41,7 @@ def gateway_lakefs(lakefence_server: Any) -> Any:
 @pytest.fixture
 def s3a_dags() -> Any:
     """tests/spark/dags/s3a_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("sparkdags/s3a_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("sparkdags/s3a_dags.py")
 
 
 def seed_events(repo: lakefs.Repository, rows: int, files: int = 2) -> str:

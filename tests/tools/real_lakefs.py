@@ -291,14 +291,14 @@ class RealLakeFS(Started):
         return f"http://{self.host}:{self.port}"
 
     @property
-    def endpoint(self) -> str:
-        """The lakeFS API endpoint, ``<url>/api/v1``."""
-        return f"{self.url}/api/v1"
-
-    @property
     def pid(self) -> int | None:
         """The running process's id, or ``None``."""
         return None if self._process is None else self._process.pid
+
+    @property
+    def endpoint(self) -> str:
+        """The lakeFS API endpoint, ``<url>/api/v1``."""
+        return f"{self.url}/api/v1"
 
     def _write_config(self) -> Path:
         config = self.data_dir / "config.yaml"

@@ -10,6 +10,7 @@ names, each warning when used.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -18,45 +19,32 @@ import pytest
 pytest_plugins = ["airflow_lakefence.testing.pytest_plugin"]
 
 
-def _deprecated(old: str) -> None:
+def _alias(old: str) -> Any:
+    """The fixture ``old``: the value of its ``lakefence_`` namesake, with a deprecation warning.
+
+    It names the new fixture as its parameter, so pytest sees the dependency (``lakefence_backend``
+    parametrizes the test under ``--lakefs-backend=both``) as it would for the new name.
+    """
     new = old.replace("lakefs_", "lakefence_", 1)
-    warnings.warn(
-        f"the pytest fixture {old!r} is deprecated: use {new!r} (-p airflow_lakefence.testing.pytest_plugin)",
-        DeprecationWarning,
-        stacklevel=3,
+
+    def fixture(**requested: Any) -> Any:
+        warnings.warn(
+            f"the pytest fixture {old!r} is deprecated: use {new!r} (-p airflow_lakefence.testing.pytest_plugin)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return requested[new]
+
+    fixture.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(new, inspect.Parameter.KEYWORD_ONLY)]
     )
+    fixture.__name__ = fixture.__qualname__ = old
+    fixture.__doc__ = f"Deprecated: ``{new}``."
+    return pytest.fixture(name=old)(fixture)
 
 
-@pytest.fixture
-def lakefs_backend(lakefence_backend: str) -> str:
-    """Deprecated: ``lakefence_backend``."""
-    _deprecated("lakefs_backend")
-    return lakefence_backend
-
-
-@pytest.fixture
-def lakefs_server(lakefence_server: Any) -> Any:
-    """Deprecated: ``lakefence_server``."""
-    _deprecated("lakefs_server")
-    return lakefence_server
-
-
-@pytest.fixture
-def lakefs_client(lakefence_client: Any) -> Any:
-    """Deprecated: ``lakefence_client``."""
-    _deprecated("lakefs_client")
-    return lakefence_client
-
-
-@pytest.fixture
-def lakefs_repo(lakefence_repo: Any) -> Any:
-    """Deprecated: ``lakefence_repo``."""
-    _deprecated("lakefs_repo")
-    return lakefence_repo
-
-
-@pytest.fixture
-def lakefs_controls(lakefence_controls: Any) -> Any:
-    """Deprecated: ``lakefence_controls``."""
-    _deprecated("lakefs_controls")
-    return lakefence_controls
+lakefs_backend = _alias("lakefs_backend")
+lakefs_server = _alias("lakefs_server")
+lakefs_client = _alias("lakefs_client")
+lakefs_repo = _alias("lakefs_repo")
+lakefs_controls = _alias("lakefs_controls")
