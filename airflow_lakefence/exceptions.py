@@ -29,9 +29,6 @@ The hierarchy::
     │   └── DeltaLogError                        a staged Delta change is not commits appended in order
     ├── PublishBudgetError                       too little time left to start publishing
     ├── HardFenceInstallError                    the hard fence could not be installed
-    ├── RealLakeFSError                          real lakeFS could not be built or started (tests)
-    │   └── GoToolchainMissingError
-    ├── PostgresError                            the tests' PostgreSQL cluster could not be started
     └── LakeFSError                              a lakeFS call failed (status, operation)
         ├── LakeFSBadRequestError                400
         │   ├── LakeFSNoChangesError             400 "no changes" (commit, merge)
@@ -53,7 +50,6 @@ from __future__ import annotations
 __all__ = [
     "DeltaLogError",
     "DeltaOutputModeError",
-    "GoToolchainMissingError",
     "HardFenceInstallError",
     "HardFenceMissingError",
     "HardFenceRaceError",
@@ -78,11 +74,9 @@ __all__ = [
     "LakeFenceError",
     "MergeHookRejectedError",
     "OutputPrefixError",
-    "PostgresError",
     "PublishBudgetError",
     "PublishFenceError",
     "PublishRaceError",
-    "RealLakeFSError",
     "S3AConfigError",
     "ScopeOverlapError",
     "SparkJobError",
@@ -310,21 +304,6 @@ class HardFenceMissingError(InvalidInputError):
 
 class HardFenceInstallError(LakeFenceError):
     """The hard fence could not be installed (a foreign file in its place, or the branch kept moving)."""
-
-
-# -- the test tooling (airflow_lakefence.testing) --------------------------------------------------
-
-
-class RealLakeFSError(LakeFenceError):
-    """Real lakeFS could not be built or started (the message says why)."""
-
-
-class PostgresError(LakeFenceError):
-    """The test PostgreSQL cluster could not be found, created or started (the message says why)."""
-
-
-class GoToolchainMissingError(RealLakeFSError):
-    """No ``go`` command: real lakeFS cannot be built here."""
 
 
 class DeltaOutputModeError(InvalidInputError):

@@ -9,7 +9,7 @@
   the backfill's ``max_active_runs``.
 
 Both have the same two tasks (resolve the target, publish), and the same job: the fake spark-submit
-(tests/fake_spark) running tests/celery/partition_job.py, which sleeps ``dag_run.conf["job"]["sleep"]``
+(tests/fake_spark) running tests/stack/partition_job.py, which sleeps ``dag_run.conf["job"]["sleep"]``
 seconds (a remote cluster's job of fixed duration) and writes one file into the date's partition.
 Each publish records, in ``dag_run.conf["job"]["signal_dir"]``, when it passed the failpoints
 ``after_job``, ``after_fence_2`` and ``after_verify`` (the publish latency). Each DAG writes its own
@@ -33,7 +33,7 @@ from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolv
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_PATH = f"{REPO / 'tests' / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
-JOB = str(REPO / "tests" / "celery" / "partition_job.py")
+JOB = str(REPO / "tests" / "stack" / "partition_job.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 DAYS = 16
 ONE_WRITER_POOL = "lakefs_bf-one_main"

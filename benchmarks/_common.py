@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The real-lakeFS launcher is the repository's (tests/tools), not the package's.
+if str(REPO) not in sys.path:
+    sys.path.insert(1, str(REPO))
 ACCESS_KEY_ID = "AKIAIOSFODNN7BENCH"
 
 
@@ -116,7 +119,7 @@ def add_backend_arguments(parser: Any) -> None:
 def backend_label(args: Any) -> str:
     """How the benchmark's lakeFS ran, for the printed header."""
     if args.lakefs_backend == "real":
-        from airflow_lakefence.testing.real_lakefs import DEFAULT_LAKEFS_VERSION
+        from tests.tools.real_lakefs import DEFAULT_LAKEFS_VERSION
 
         return f"real lakeFS v{DEFAULT_LAKEFS_VERSION} ({args.real_kv} KV) behind the proxy (latency from the proxy)"
     return "the local lakeFS server (latency added by the server)"
@@ -135,7 +138,7 @@ def lakefs_process(backend: str, data_dir: Path, real_kv: str = "postgres") -> I
             yield server
         return
     os.environ.setdefault("LAKEFENCE_LAKEFS_GO_MODULE", str(REPO / "tests" / "real_lakefs"))
-    from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+    from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
     real = RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="WARN", kv=real_kv)
     with real:

@@ -26,7 +26,7 @@ the lakeFS steps.
     python benchmarks/delta_append_bench.py [--endpoint URL] [--rows 1000000] [--runs 1]
 
 Without ``--endpoint`` it launches real lakeFS from the project's build
-(:mod:`airflow_lakefence.testing.real_lakefs`); with it, ``LAKEFS_ACCESS_KEY_ID`` /
+(:mod:`tests.tools.real_lakefs`); with it, ``LAKEFS_ACCESS_KEY_ID`` /
 ``LAKEFS_SECRET_ACCESS_KEY`` must be set. Needs the Delta environment (``tox -e delta``'s deps).
 """
 
@@ -37,12 +37,16 @@ import contextlib
 import dataclasses
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+# The real-lakeFS launcher is the repository's (tests/tools), not the package's.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 TABLE_ROOT = "tables/events"
 
@@ -79,7 +83,7 @@ def lakefs_endpoint(endpoint: str | None) -> Iterator[tuple[str, str, str]]:
             os.environ["LAKEFS_SECRET_ACCESS_KEY"],
         )
         return
-    from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+    from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
     with (
         tempfile.TemporaryDirectory(prefix="lakefence-delta-bench-") as tmp,

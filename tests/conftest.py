@@ -1,10 +1,10 @@
 """Test set-up: a throw-away Airflow home on SQLite, connections to the session's lakeFS.
 
 Airflow reads its configuration at import time, so the environment is set here, before any test
-module imports it. The lakeFS server fixtures come from the package's pytest plugin
-(``airflow_lakefence.testing.lakefs_server.pytest_plugin``, entry point ``pytest11``):
+module imports it. The lakeFS fixtures (``lakefence_server``, ``lakefence_repo``, ...) come from the
+package's opt-in pytest plugin (``airflow_lakefence.testing.pytest_plugin``, asked for below):
 ``--lakefs-backend=local|real|both`` picks the local server, real lakeFS (built from the Go module
-in ``tests/real_lakefs``), or both.
+in ``tests/real_lakefs`` and started by :func:`lakefence_real_lakefs`), or both.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+#: The package's lakeFS fixtures: loaded here only (the plugin is not an entry point), for every run of the suite.
+pytest_plugins = ["airflow_lakefence.testing.pytest_plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
 _HOME = Path(tempfile.mkdtemp(prefix="lakefence-airflow-"))
@@ -102,8 +105,8 @@ def reference_only(nodeid: str) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Mark reference-only tests before the plugin parametrizes ``lakefs_backend`` (it reads the marker)."""
-    if "lakefs_backend" in metafunc.fixturenames and reference_only(metafunc.definition.nodeid.split("[")[0]):
+    """Mark reference-only tests before the plugin parametrizes ``lakefence_backend`` (it reads the marker)."""
+    if "lakefence_backend" in metafunc.fixturenames and reference_only(metafunc.definition.nodeid.split("[")[0]):
         metafunc.definition.add_marker(REFERENCE_ONLY_MARKER)
 
 
@@ -143,14 +146,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
             group = "slow-tiers"
         else:
-            backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefs_backend", "none")
+            backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefence_backend", "none")
             group = f"{item.module.__name__ if item.module else item.path.stem}-{backend}"
         item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the session's throw-away PostgreSQL cluster (the Airflow stacks' and real lakeFS's), if one started."""
-    from airflow_lakefence.testing.postgres import stop_shared_cluster
+    from tests.tools.postgres import stop_shared_cluster
 
     stop_shared_cluster()
 
@@ -162,14 +165,28 @@ def airflow_db() -> Path:
     return _HOME
 
 
+@pytest.fixture(scope="session")
+def lakefence_real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real backend's lakeFS: built from ``tests/real_lakefs`` (cached), started for the session."""
+    from airflow_lakefence.testing.pytest_plugin import real_lakefs_unavailable
+    from tests.tools.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
+
+    try:
+        binary = ensure_lakefs_binary()
+    except GoToolchainMissingError as exc:
+        real_lakefs_unavailable(str(exc))
+    with RealLakeFS(binary, tmp_path_factory.mktemp("real-lakefs")) as real:
+        yield real
+
+
 @pytest.fixture
-def lakefs_conn(lakefs_server: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def lakefs_conn(lakefence_server: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Point the ``lakefs_default`` Airflow connection at the test lakeFS server."""
     conn = {
         "conn_type": "lakefs",
-        "host": lakefs_server.endpoint,
-        "login": lakefs_server.access_key_id,
-        "password": lakefs_server.secret_access_key,
+        "host": lakefence_server.endpoint,
+        "login": lakefence_server.access_key_id,
+        "password": lakefence_server.secret_access_key,
     }
     monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_DEFAULT", json.dumps(conn))
     return conn
@@ -189,6 +206,18 @@ def load_dag_module(relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def fresh_dag_module(relative: str, *records: str) -> Any:
+    """:func:`load_dag_module`, with what earlier tests recorded in the module forgotten.
+
+    :param relative: e.g. ``testdags/fenced_test_dags.py``.
+    :param records: the module's collections to clear (default: its ``FAILURES``).
+    """
+    module = load_dag_module(relative)
+    for name in records or ("FAILURES",):
+        getattr(module, name).clear()
     return module
 
 

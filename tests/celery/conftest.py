@@ -3,14 +3,13 @@
 The stack (Redis, api-server, scheduler with CeleryExecutor, dag-processor, triggerer, two Celery
 workers) boots once for the tier's modules (package-scoped fixtures); each scenario uses a DAG and
 target branches of its own (tests/dags/celery_dags.py). lakeFS is the tier's own real lakeFS
-(:class:`airflow_lakefence.testing.real_lakefs.RealLakeFS`), not the session's shared one, because a
+(:class:`tests.tools.real_lakefs.RealLakeFS`), not the session's shared one, because a
 scenario restarts it. The tier needs ``redis-server`` (Debian package) and the lakeFS binary (built
 from tests/real_lakefs); without them it is skipped, or fails when ``CI`` is set.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import string
@@ -25,18 +24,10 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
-from tests.celery.harness import CeleryStack, redis_server_binary, settings_summary
-from tests.conftest import TIER_FIGURES_PROPERTY
-from tests.dags.celery_dags import TARGETS, pool_name
-from tests.stack.tier import (
-    FAILED,
-    create_repositories,
-    failed_so_far,
-    lakefs_connection,
-    remember_report,
-    running_stack,
-)
+from tests.dags.celery_dags import TARGETS
+from tests.stack import tier
+from tests.stack.celery import CeleryStack, redis_server_binary, settings_summary
+from tests.tools.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 
 DAG_FILE = Path(__file__).resolve().parent.parent / "dags" / "celery_dags.py"
 #: The settings that bound the stale window, as the tier runs them (docs/howto/executors.md).
@@ -52,18 +43,9 @@ STACK_SETTINGS = {
 FIGURES: dict[str, Any] = {}
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-    """Keep each phase's report on the item, so a fixture can tell whether its test failed.
-
-    The figures measured so far ride on the report: tests/conftest.py prints them in the terminal
-    summary (under pytest-xdist the tier runs in a worker; only reports reach the main process).
-    """
-    report = yield
-    remember_report(item, report)
-    if FIGURES:
-        report.user_properties.append((f"{TIER_FIGURES_PROPERTY}Celery tier", json.dumps(FIGURES)))
-    return report
+pytest_runtest_makereport, _dump_logs_on_failure = tier.stack_tier_hooks(
+    "Celery tier", lambda item: FIGURES, "celery_stack", session_wide=True
+)
 
 
 def _unavailable(message: str) -> None:
@@ -121,26 +103,20 @@ def celery_stack(real_lakefs: RealLakeFS, request: pytest.FixtureRequest) -> Ite
         _unavailable(f"the CeleryExecutor does not load: {problem}")
     client = lakefs.Client(host=real_lakefs.url, username=real_lakefs.access_key_id,
                            password=real_lakefs.secret_access_key)
-    create_repositories(client, "local://lakefence-celery", TARGETS)
+    tier.create_repositories(client, "local://lakefence-celery", TARGETS)
     stack = CeleryStack(
         dag_files=[DAG_FILE],
-        connections=lakefs_connection(real_lakefs.endpoint, real_lakefs.access_key_id, real_lakefs.secret_access_key),
-        pools={pool_name(repo, target): 1 for repo, targets in TARGETS.values() for target in targets},
+        connections=tier.lakefs_connection(
+            real_lakefs.endpoint, real_lakefs.access_key_id, real_lakefs.secret_access_key
+        ),
+        pools=tier.one_slot_pools(TARGETS),
         extra_config=STACK_SETTINGS,
     )
     booting = time.monotonic()
-    with running_stack(stack, [*TARGETS, "lf_cel_watch"], lambda: request.session.stash.get(FAILED, False)):
+    with tier.running_stack(stack, [*TARGETS, "lf_cel_watch"], lambda: request.session.stash.get(tier.FAILED, False)):
         FIGURES["stack_boot_s"] = time.monotonic() - booting
         FIGURES["db_migrate_s"] = stack.migrate_seconds
         FIGURES["components_healthy_s"] = stack.boot_seconds
         FIGURES["workers_ready_s"] = stack.workers_ready_seconds
         FIGURES["settings"] = settings_summary(stack.environment())
         yield stack
-
-
-@pytest.fixture(autouse=True)
-def _dump_logs_on_failure(request: pytest.FixtureRequest, celery_stack: CeleryStack) -> Iterator[None]:
-    yield
-    if failed_so_far(request.node):
-        request.session.stash[FAILED] = True
-        celery_stack.dump_logs()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-#: Set by tests/celery/harness.py in each worker's environment.
+#: Set by tests/stack/celery.py in each worker's environment.
 WORKER_NAME_ENV = "LAKEFENCE_CELERY_WORKER"
 
 

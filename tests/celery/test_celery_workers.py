@@ -21,10 +21,9 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
-from airflow_lakefence.testing.real_lakefs import RealLakeFS
 from tests.celery.conftest import FIGURES
-from tests.celery.harness import CeleryStack
 from tests.dags.celery_dags import RESTART_POINTS, held_name
+from tests.stack.celery import CeleryStack
 from tests.stack.harness import wait_for
 from tests.stack.tier import (
     HeadRecorder,
@@ -36,12 +35,14 @@ from tests.stack.tier import (
     read_text,
     record_of,
     run_backfill,
+    scenario,
     staging_branches,
     timestamp,
     wait_task_process_end,
     xcom,
 )
 from tests.stack.tier import repository as tier_repository
+from tests.tools.real_lakefs import RealLakeFS
 
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs]
 
@@ -69,11 +70,9 @@ def test_clear_running_try_the_stale_worker_never_publishes(
     celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """Try 1 is cleared while its job runs on one worker: it never publishes; try 2 (any worker) merges."""
-    api, dag_id = celery_stack.api, "lf_cel_clear"
-    assert api is not None
-    repo = repository(real_lakefs, "lf-cel-clear")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        celery_stack, "lf_cel_clear", repository(real_lakefs, "lf-cel-clear"), tmp_path
+    )
     job = signals.job_spec(
         files={"tables/clear/part-0.txt": "rows"}, stamp_path="tables/clear/stamp.txt", sleep_by_try={"1": 600}
     )
@@ -184,11 +183,9 @@ def test_worker_killed_after_publishing_the_retry_on_the_other_worker_replaces_i
     staged commit, parent = the input, try 1's merge gone from the history). The abandoned-
     publication sensor, started after the kill, reports try 1's merge as abandoned.
     """
-    api, dag_id = celery_stack.api, "lf_cel_kill"
-    assert api is not None
-    repo = repository(real_lakefs, "lf-cel-kill")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        celery_stack, "lf_cel_kill", repository(real_lakefs, "lf-cel-kill"), tmp_path
+    )
     # Try 2's job takes a few seconds: the window in which the sensor sees the abandoned HEAD.
     job = signals.job_spec(
         files={"tables/kill/part-0.txt": "rows"}, stamp_path="tables/kill/stamp.txt", sleep_by_try={"2": 5}
@@ -252,11 +249,9 @@ def test_backfill_of_five_runs_across_both_workers_is_linear(
     celery_stack: CeleryStack, real_lakefs: RealLakeFS, tmp_path: Path
 ) -> None:
     """Five backfilled runs onto one target, through its 1-slot pool, on whichever worker is free."""
-    api, dag_id = celery_stack.api, "lf_cel_backfill"
-    assert api is not None
-    repo = repository(real_lakefs, "lf-cel-backfill")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        celery_stack, "lf_cel_backfill", repository(real_lakefs, "lf-cel-backfill"), tmp_path
+    )
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")
     started = time.monotonic()
     with HeadRecorder(repo, "main") as heads:

@@ -32,10 +32,9 @@ import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
-from airflow_lakefence.testing.real_lakefs import RealLakeFS
 from tests.celery.conftest import FIGURES
-from tests.celery.harness import CeleryStack
 from tests.dags.celery_dags import SCOPED_DAYS, START, date_hold_name
+from tests.stack.celery import CeleryStack
 from tests.stack.harness import wait_for
 from tests.stack.tier import (
     Signals,
@@ -48,6 +47,7 @@ from tests.stack.tier import (
     xcom,
 )
 from tests.stack.tier import repository as tier_repository
+from tests.tools.real_lakefs import RealLakeFS
 
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs, pytest.mark.scoped]
 

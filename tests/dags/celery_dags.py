@@ -2,7 +2,7 @@
 
 Like tests/dags/scheduler_dags.py: fixed repositories and targets (a pool has one slot per target,
 fixed at parse time; the tier creates the repositories), the job spec of
-tests/scheduler/sched_job.py in ``dag_run.conf["job"]``, the fake ``spark-submit``
+tests/stack/sched_job.py in ``dag_run.conf["job"]``, the fake ``spark-submit``
 (tests/fake_spark). What a try does at a protocol boundary comes from ``dag_run.conf["hold"]``:
 ``{task_id: {"point": <failpoint>, "tries": [1]}}`` makes those tries stop at that failpoint, drop
 ``<signal_dir>/<task_id>.t<try>.<point>.held`` (JSON: pid, worker, try, time) and wait until the
@@ -14,6 +14,7 @@ Importing this file has no side effects.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -22,18 +23,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pendulum
-from airflow.sdk import DAG
-
 from airflow_lakefence import failpoints
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import FAKE_PATH, START, stack_backfill, stack_dag, stack_publish
+
 HERE = Path(__file__).resolve().parent
-FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
-JOB = str(HERE.parent / "scheduler" / "sched_job.py")
-PARTITION_JOB = str(HERE.parent / "celery" / "partition_job.py")
-START = pendulum.datetime(2026, 1, 1, tz="UTC")
+PARTITION_JOB = str(HERE.parent / "stack" / "partition_job.py")
 #: How long a held try waits for the tier's "go" before going on by itself.
 HOLD_LIMIT_S = 600.0
 
@@ -48,11 +47,6 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
 }
 #: The failpoint each target of lf_cel_lakefs_restart holds at: before the merge is sent, after it landed.
 RESTART_POINTS = {"before-merge": "after_publish_read", "after-merge": "after_publish_action"}
-
-
-def pool_name(repository: str, target: str) -> str:
-    """The 1-slot pool of one target branch."""
-    return f"lakefs_{repository}_{target}"
 
 
 def held_name(task_id: str, try_number: int, point: str) -> str:
@@ -131,35 +125,8 @@ def _hold_at_failpoint(context: Any) -> None:
     failpoints.arm(point, held)
 
 
-def _publish(task_id: str, repository: str, target: str, input_ref: Any, **kwargs: Any) -> FencedSparkPublishOperator:
-    options: dict[str, Any] = {"pre_execute": _hold_at_failpoint, **kwargs}
-    return FencedSparkPublishOperator(
-        task_id=task_id,
-        conn_id="spark_local",
-        application=JOB,
-        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
-        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
-        repository=repository,
-        target_branch=target,
-        input_ref=input_ref,
-        write_mode="workspace",
-        commit_message=f"{task_id} {{{{ run_id }}}}",
-        # One writer per target across all workers: a 1-slot pool per target, one active try per task.
-        pool=pool_name(repository, target),
-        max_active_tis_per_dag=1,
-        **options,
-    )
-
-
-def _dag(dag_id: str, **kwargs: Any) -> DAG:
-    params: dict[str, Any] = {
-        "schedule": None,
-        "start_date": START,
-        "catchup": False,
-        "tags": ["lakefence-celery-test"],
-        **kwargs,
-    }
-    return DAG(dag_id, **params)
+_publish = functools.partial(stack_publish, pre_execute=_hold_at_failpoint)
+_dag = functools.partial(stack_dag, tag="lakefence-celery-test")
 
 
 # 1. Cleared while running on one worker; the next try runs on whichever worker takes it.
@@ -197,22 +164,11 @@ with _dag("lf_cel_watch"):
         mode="poke",
     )
 
-# 5. A backfill onto one target across both workers (see docs/real-scheduler.md for why the
-# resolve task depends on the previous run's publish).
+# 5. A backfill onto one target across both workers (dag_factory.stack_backfill says why the tasks
+# depend on the past).
 _repo, (_target,) = TARGETS["lf_cel_backfill"]
 with _dag("lf_cel_backfill", schedule="@daily", end_date=START.add(days=4)):
-    _resolve = LakeFSResolveRefOperator(
-        task_id="resolve_input", repository=_repo, ref=_target, depends_on_past=True, wait_for_downstream=True
-    )
-    _publish(
-        "publish",
-        _repo,
-        _target,
-        _resolve.output,
-        depends_on_past=True,
-        retries=0,
-        commit_metadata={"logical_date": "{{ logical_date.isoformat() }}"},
-    )
+    stack_backfill(_publish, _repo, _target)
 
 # 6. lakeFS restarted during a publish: one task held before its merge is sent, one after it landed.
 _repo, _restart_targets = TARGETS["lf_cel_lakefs_restart"]

@@ -23,7 +23,7 @@ from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSpark
 
 # The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dag_factory import failure_recording_dag, fenced_spark
+from dag_factory import failure_recording_dag, fenced_python, fenced_spark
 
 #: Set by a test: ``PROBE["try_start"]`` is called with the context at the start of every try.
 PROBE: dict[str, Callable[[Any], None] | None] = {"try_start": None}
@@ -70,17 +70,7 @@ def write_try_files(lakefence: Any, dag_run: Any = None, ti: Any = None) -> int:
 
 
 def _fenced_python(**kwargs: Any) -> FencedPythonPublishOperator:
-    return FencedPythonPublishOperator(
-        task_id="publish",
-        python_callable=write_try_files,
-        repository="{{ dag_run.conf['repository'] }}",
-        target_branch="{{ dag_run.conf['target'] }}",
-        input_ref="{{ dag_run.conf['input_ref'] }}",
-        stale_grace_period=0,
-        allow_empty_workspace=True,
-        pre_execute=_try_start,
-        **kwargs,
-    )
+    return fenced_python(python_callable=write_try_files, allow_empty_workspace=True, pre_execute=_try_start, **kwargs)
 
 
 def _hard_fence_dag(dag_id: str, retries: int = 2, **options: Any) -> DAG:

@@ -18,7 +18,7 @@ from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSpark
 
 # The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dag_factory import failure_recording_dag, fenced_spark
+from dag_factory import failure_recording_dag, fenced_python, fenced_spark
 
 
 def _fenced(task_id: str, **kwargs: Any) -> FencedSparkPublishOperator:
@@ -94,16 +94,8 @@ def write_spec(lakefence: Any, dag_run: Any = None) -> int:
     return len(files)
 
 
-def _fenced_python(task_id: str, **kwargs: object) -> FencedPythonPublishOperator:
-    return FencedPythonPublishOperator(
-        task_id=task_id,
-        python_callable=write_spec,
-        repository="{{ dag_run.conf['repository'] }}",
-        target_branch="{{ dag_run.conf['target'] }}",
-        input_ref="{{ dag_run.conf['input_ref'] }}",
-        stale_grace_period=0,
-        **kwargs,  # type: ignore[arg-type]
-    )
+def _fenced_python(task_id: str, **kwargs: Any) -> FencedPythonPublishOperator:
+    return fenced_python(task_id, python_callable=write_spec, **kwargs)
 
 
 with _dag("lf_py_workspace") as py_workspace_dag:

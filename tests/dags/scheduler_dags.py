@@ -2,7 +2,7 @@
 
 Each DAG publishes into fixed repositories and targets, because a pool (one slot per target) is
 fixed at parse time; the tests create the repositories before triggering. dag_run.conf carries
-the job spec of tests/scheduler/sched_job.py (``job``) and, optionally, what a task does to
+the job spec of tests/stack/sched_job.py (``job``) and, optionally, what a task does to
 itself right after its job (``after_job``, see :func:`_act_on_self_after_the_job`). The Spark
 engine is tests/fake_spark/spark-submit (the JVM skipped); Airflow, its scheduler, supervisor and
 signals, the protocol and lakeFS (the local test server) are all real.
@@ -12,22 +12,19 @@ Importing this file has no side effects: the dag.test() suites never load it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pendulum
-from airflow.sdk import DAG
-
 from airflow_lakefence import failpoints
-from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+from airflow_lakefence.operators import LakeFSResolveRefOperator
 
-HERE = Path(__file__).resolve().parent
-FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
-JOB = str(HERE.parent / "scheduler" / "sched_job.py")
-START = pendulum.datetime(2026, 1, 1, tz="UTC")
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import START, stack_backfill, stack_dag, stack_publish
 
 #: dag_id -> (repository, [target branches]); the tests create these.
 TARGETS: dict[str, tuple[str, list[str]]] = {
@@ -37,11 +34,6 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "lf_sched_retry": ("lf-sched-retry", ["main"]),
     "lf_sched_backfill": ("lf-sched-backfill", ["main"]),
 }
-
-
-def pool_name(repository: str, target: str) -> str:
-    """The 1-slot pool of one target branch (the harness creates one per entry of TARGETS)."""
-    return f"lakefs_{repository}_{target}"
 
 
 def _act_on_self_after_the_job(context: Any) -> None:
@@ -85,35 +77,8 @@ def _crash_after_publish_on_first_try(context: Any) -> None:
         os.environ.pop(failpoints.ENV_VAR, None)
 
 
-def _publish(task_id: str, repository: str, target: str, input_ref: Any, **kwargs: Any) -> FencedSparkPublishOperator:
-    options: dict[str, Any] = {"pre_execute": _act_on_self_after_the_job, **kwargs}
-    return FencedSparkPublishOperator(
-        task_id=task_id,
-        conn_id="spark_local",
-        application=JOB,
-        application_args=["spec={{ dag_run.conf.get('job', {}) | tojson }}"],
-        env_vars={"PATH": FAKE_PATH, "LAKEFENCE_TEST_PYTHON": sys.executable},
-        repository=repository,
-        target_branch=target,
-        input_ref=input_ref,
-        write_mode="workspace",
-        commit_message=f"{task_id} {{{{ run_id }}}}",
-        # One writer per target: a 1-slot pool per target branch and one active try per DAG.
-        pool=pool_name(repository, target),
-        max_active_tis_per_dag=1,
-        **options,
-    )
-
-
-def _dag(dag_id: str, **kwargs: Any) -> DAG:
-    params: dict[str, Any] = {
-        "schedule": None,
-        "start_date": START,
-        "catchup": False,
-        "tags": ["lakefence-scheduler-test"],
-        **kwargs,
-    }
-    return DAG(dag_id, **params)
+_publish = functools.partial(stack_publish, pre_execute=_act_on_self_after_the_job)
+_dag = functools.partial(stack_dag, tag="lakefence-scheduler-test")
 
 
 # 1. Cleared mid-Spark, or between the job and attempt fence #1. retries=0 and the default
@@ -153,22 +118,8 @@ with _dag("lf_sched_retry"):
         pre_execute=_crash_after_publish_on_first_try,
     )
 
-# 4. Backfilled onto one target. The runs of one DAG share the target, so each run may pin its
-# input only after the previous run published: depends_on_past + wait_for_downstream on the
-# resolve task (it waits for the previous run's resolve *and* publish), depends_on_past on the
-# fenced task. Without them the runs resolve the same HEAD and all but the first fail closed.
+# 4. Backfilled onto one target (dag_factory.stack_backfill says why the tasks depend on the past).
 _repo, (_target,) = TARGETS["lf_sched_backfill"]
 # end_date keeps the scheduler from adding scheduled runs of its own once the DAG is switched on.
 with _dag("lf_sched_backfill", schedule="@daily", end_date=START.add(days=4)):
-    _resolve = LakeFSResolveRefOperator(
-        task_id="resolve_input", repository=_repo, ref=_target, depends_on_past=True, wait_for_downstream=True
-    )
-    _publish(
-        "publish",
-        _repo,
-        _target,
-        _resolve.output,
-        depends_on_past=True,
-        retries=0,
-        commit_metadata={"logical_date": "{{ logical_date.isoformat() }}"},
-    )
+    stack_backfill(_publish, _repo, _target)

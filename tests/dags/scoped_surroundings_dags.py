@@ -12,14 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pendulum
-from airflow.sdk import DAG, Asset
+from airflow.sdk import Asset
 
 from airflow_lakefence.operators import FencedPythonPublishOperator, LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dag_factory import failure_recording_dag
+from dag_factory import failure_recording_dag, manual_dag
 from scoped_dags import CONF, write_files
 
 #: (dag_id, try_number) -> the exception a failed try raised.
@@ -27,17 +26,6 @@ FAILURES: dict[tuple[str, int], BaseException] = {}
 
 REPO = "{{ dag_run.conf['repository'] }}"
 FAST = {"poke_interval": 0.2, "timeout": 20}
-
-
-def _dag(dag_id: str) -> DAG:
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        render_template_as_native_obj=True,
-        default_args={"retries": 0},
-    )
 
 
 def _scoped_sensor(condition: str, **kwargs: object) -> AbandonedPublicationSensor:
@@ -52,13 +40,13 @@ def _scoped_sensor(condition: str, **kwargs: object) -> AbandonedPublicationSens
     )
 
 
-with _dag("lf_scoped_sense_detect") as detect_dag:
+with manual_dag("lf_scoped_sense_detect") as detect_dag:
     _scoped_sensor("detect")
 
-with _dag("lf_scoped_sense_detect_deferred") as detect_deferred_dag:
+with manual_dag("lf_scoped_sense_detect_deferred") as detect_deferred_dag:
     _scoped_sensor("detect", deferrable=True, timeout=60)
 
-with _dag("lf_scoped_sense_settled") as settled_dag:
+with manual_dag("lf_scoped_sense_settled") as settled_dag:
     _scoped_sensor("settled", timeout=1)
 
 #: A fixed repository: asset URIs cannot be templated.
@@ -75,7 +63,7 @@ with failure_recording_dag("lf_scoped_outlets", FAILURES) as outlets_dag:
         **CONF,
     )
 
-with _dag("lf_scoped_clean") as clean_dag:
+with manual_dag("lf_scoped_clean") as clean_dag:
     LakeFSStagingCleanupOperator(
         task_id="clean", repository=REPO, publishers=[{"dag_id": "lf_scoped_decorated", "task_id": "publish"}]
     )

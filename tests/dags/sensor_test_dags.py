@@ -6,14 +6,17 @@ The publishing DAGs are those of fenced_test_dags.py.
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import timedelta
-
-import pendulum
-from airflow.sdk import DAG
+from pathlib import Path
 
 from airflow_lakefence.operators import LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor, LakeFSCommitSensor, LakeFSFileSensor
+
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_factory import manual_dag
 
 REPO = "{{ dag_run.conf['repository'] }}"
 FAST = {"poke_interval": 0.2, "timeout": 20}
@@ -42,17 +45,6 @@ class MovableClock:
 CLOCK = MovableClock()
 
 
-def _dag(dag_id: str) -> DAG:
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        render_template_as_native_obj=True,
-        default_args={"retries": 0},
-    )
-
-
 def _abandoned(condition: str, **kwargs: object) -> AbandonedPublicationSensor:
     return AbandonedPublicationSensor(
         task_id="sense",
@@ -65,22 +57,22 @@ def _abandoned(condition: str, **kwargs: object) -> AbandonedPublicationSensor:
     )
 
 
-with _dag("lf_sense_detect") as detect_dag:
+with manual_dag("lf_sense_detect") as detect_dag:
     _abandoned("detect")
 
-with _dag("lf_sense_detect_briefly") as detect_briefly_dag:
+with manual_dag("lf_sense_detect_briefly") as detect_briefly_dag:
     _abandoned("detect", timeout=1)
 
-with _dag("lf_sense_detect_deferred") as detect_deferred_dag:
+with manual_dag("lf_sense_detect_deferred") as detect_deferred_dag:
     _abandoned("detect", deferrable=True)
 
-with _dag("lf_sense_settled") as settled_dag:
+with manual_dag("lf_sense_settled") as settled_dag:
     _abandoned("settled", timeout=1)
 
-with _dag("lf_sense_settled_deferred") as settled_deferred_dag:
+with manual_dag("lf_sense_settled_deferred") as settled_deferred_dag:
     _abandoned("settled", deferrable=True)
 
-with _dag("lf_sense_settled_reschedule") as settled_reschedule_dag:
+with manual_dag("lf_sense_settled_reschedule") as settled_reschedule_dag:
     _abandoned("settled", mode="reschedule", poke_interval=1)
 
 
@@ -95,13 +87,13 @@ def _commit(**kwargs: object) -> LakeFSCommitSensor:
     )
 
 
-with _dag("lf_sense_commit") as commit_dag:
+with manual_dag("lf_sense_commit") as commit_dag:
     _commit(timeout=1)
 
-with _dag("lf_sense_commit_deferred") as commit_deferred_dag:
+with manual_dag("lf_sense_commit_deferred") as commit_deferred_dag:
     _commit(deferrable=True)
 
-with _dag("lf_sense_commit_reschedule") as commit_reschedule_dag:
+with manual_dag("lf_sense_commit_reschedule") as commit_reschedule_dag:
     _commit(mode="reschedule", poke_interval=1)
 
 
@@ -115,13 +107,13 @@ def _file(**kwargs: object) -> LakeFSFileSensor:
     )
 
 
-with _dag("lf_sense_file") as file_dag:
+with manual_dag("lf_sense_file") as file_dag:
     _file(timeout=1)
 
-with _dag("lf_sense_file_deferred") as file_deferred_dag:
+with manual_dag("lf_sense_file_deferred") as file_deferred_dag:
     _file(deferrable=True)
 
-with _dag("lf_sense_prefix_deferred") as prefix_deferred_dag:
+with manual_dag("lf_sense_prefix_deferred") as prefix_deferred_dag:
     LakeFSFileSensor(
         task_id="sense",
         repository=REPO,
@@ -131,14 +123,14 @@ with _dag("lf_sense_prefix_deferred") as prefix_deferred_dag:
         **FAST,  # type: ignore[arg-type]
     )
 
-with _dag("lf_clean") as clean_dag:
+with manual_dag("lf_clean") as clean_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, publishers=PUBLISHERS)
 
-with _dag("lf_clean_unscoped") as clean_unscoped_dag:
+with manual_dag("lf_clean_unscoped") as clean_unscoped_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, max_age=timedelta(seconds=1), clock=CLOCK)
 
-with _dag("lf_clean_dry_run") as clean_dry_run_dag:
+with manual_dag("lf_clean_dry_run") as clean_dry_run_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, publishers=PUBLISHERS, dry_run=True)
 
-with _dag("lf_clean_evidence") as clean_evidence_dag:
+with manual_dag("lf_clean_evidence") as clean_evidence_dag:
     LakeFSStagingCleanupOperator(task_id="clean", repository=REPO, publishers=PUBLISHERS, delete_evidence=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER, fresh_dag_module
 
 # The standalone cluster of the Spark tier (a master and a worker from PySpark's launch classes).
 from tests.spark.conftest import spark_cluster, spark_cluster_conn  # noqa: F401
@@ -28,17 +28,15 @@ if not (DAGS_FOLDER / "deltadags").exists():
 @pytest.fixture
 def delta_dags() -> Any:
     """tests/delta/dags/delta_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("deltadags/delta_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("deltadags/delta_dags.py")
 
 
 @pytest.fixture
-def gateway_lakefs(lakefs_server: Any) -> Any:
+def gateway_lakefs(lakefence_server: Any) -> Any:
     """The session's lakeFS, if it serves the S3 gateway (a real lakeFS); skip otherwise."""
-    if lakefs_server.is_local:
+    if lakefence_server.is_local:
         pytest.skip("Delta through S3A needs the real lakeFS's S3 gateway (--lakefs-backend=real)")
-    return lakefs_server
+    return lakefence_server
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from airflow_lakefence.delta import delta_package
 from airflow_lakefence.exceptions import DeltaOutputModeError, PublishFenceError
 from airflow_lakefence.spark import configure_s3a
 from tests.conftest import DAGS_FOLDER, TIER_FIGURES_PROPERTY
-from tests.integration.helpers import die_after_publishing, read_text, staging_branches, xcoms
+from tests.integration.helpers import die_after_publishing, read_text, spark_task, staging_branches, xcoms
 
 pytest.importorskip("delta", reason="the Delta tier needs delta-spark (tox -e delta)")
 
@@ -132,11 +132,11 @@ def run_py(dag: Any, repo: lakefs.Repository, input_ref: str, day: str, tag: str
 
 
 @pytest.fixture
-def story_repo(gateway_lakefs: Any, lakefs_client: Any, delta_dags: Any) -> Iterator[lakefs.Repository]:
+def story_repo(gateway_lakefs: Any, lakefence_client: Any, delta_dags: Any) -> Iterator[lakefs.Repository]:
     """The repository the story DAG's outlet names (a fixed name), created for the test and deleted after."""
     name = delta_dags.STORY_REPOSITORY
     namespace = f"{gateway_lakefs.storage_namespace.rstrip('/')}/{name}-{uuid.uuid4().hex[:8]}"
-    repo = lakefs.Repository(name, client=lakefs_client).create(storage_namespace=namespace, default_branch="main")
+    repo = lakefs.Repository(name, client=lakefence_client).create(storage_namespace=namespace, default_branch="main")
     yield repo
     repo.delete()
 
@@ -193,10 +193,10 @@ def test_first_publish_a_daily_append_and_three_reruns_of_a_past_day(
 
 
 def test_a_retry_after_a_driver_died_having_published_leaves_one_version(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+    delta_spark: Any, gateway_lakefs: Any, lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
     """Try 1 publishes version 1 and dies before Airflow records it; try 2 replaces it: one version 1."""
-    repo = lakefs_repo
+    repo = lakefence_repo
     spark = reader(delta_spark, gateway_lakefs, repo)
     input_commit = seed_table(spark, repo)
     abandoned = die_after_publishing(repo)
@@ -217,9 +217,9 @@ def test_a_retry_after_a_driver_died_having_published_leaves_one_version(
 
 
 def test_a_foreign_delta_commit_during_the_job_fails_closed_and_keeps_the_evidence(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+    delta_spark: Any, gateway_lakefs: Any, lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
-    repo = lakefs_repo
+    repo = lakefence_repo
     spark = reader(delta_spark, gateway_lakefs, repo)
     input_commit = seed_table(spark, repo)
 
@@ -246,44 +246,33 @@ def test_a_foreign_delta_commit_during_the_job_fails_closed_and_keeps_the_eviden
 
 
 def test_replace_declared_on_a_table_root_is_refused_before_the_job(
-    lakefs_repo: lakefs.Repository, delta_dags: Any
+    lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
-    from airflow_lakefence.operators import FencedSparkPublishOperator
-
     # Known at parse time: the DAG does not load.
     with pytest.raises(DeltaOutputModeError, match="is the table's root 'tables/events', and output_mode='replace'"):
-        FencedSparkPublishOperator(
-            task_id="refused",
-            application="job.py",
-            repository="repo",
-            target_branch="main",
-            input_ref="main",
-            write_mode="direct",
-            output_prefixes=["tables/events/"],
-            output_tables=[TABLE],
-        )
+        spark_task(write_mode="direct", output_prefixes=["tables/events/"], output_tables=[TABLE])
     # Known only at run time (a templated prefix above the table): the try fails before any write.
-    head = lakefs_repo.branch("main").get_commit().id
-    conf = {"repository": lakefs_repo.id, "input_ref": head, "day": D1, "prefix": "tables/"}
+    head = lakefence_repo.branch("main").get_commit().id
+    conf = {"repository": lakefence_repo.id, "input_ref": head, "day": D1, "prefix": "tables/"}
     dr = delta_dags.replace_templated_dag.test(run_conf=conf)
     assert dr.state == "failed"
     error = delta_dags.FAILURES[("lf_delta_replace_templated", 1)]
     assert isinstance(error, DeltaOutputModeError) and "contains the table 'tables/events'" in str(error)
     assert "delete every object there the job did not write" in str(error)
-    assert lakefs_repo.branch("main").get_commit().id == head and staging_branches(lakefs_repo) == []
+    assert lakefence_repo.branch("main").get_commit().id == head and staging_branches(lakefence_repo) == []
     assert xcoms(dr, "events").get("staging_branch") is None  # no staging branch was ever created
 
 
 @pytest.mark.scoped
 def test_scoped_writers_of_two_tables_on_one_branch_both_publish(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+    delta_spark: Any, gateway_lakefs: Any, lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
     """fence_scope="prefixes": each table root is its writer's write set; disjoint tables both land.
 
     Both runs take the same input commit, so the second publishes onto a HEAD the first moved
     during its job, as two DAGs running side by side do.
     """
-    repo, dag = lakefs_repo, delta_dags.py_scoped_dag
+    repo, dag = lakefence_repo, delta_dags.py_scoped_dag
     base = repo.branch("main").get_commit().id
     one = run_py(dag, repo, base, D1, "a", table="tables/a")
     two = run_py(dag, repo, base, D2, "b", table="tables/b")
@@ -302,10 +291,10 @@ def test_scoped_writers_of_two_tables_on_one_branch_both_publish(
 
 @pytest.mark.scoped
 def test_scoped_writers_of_one_table_exactly_one_lands_the_other_fails_closed(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any
+    delta_spark: Any, gateway_lakefs: Any, lakefence_repo: lakefs.Repository, delta_dags: Any
 ) -> None:
     """Both stage version 1 of one table from one input: the first lands, the second fails closed naming it."""
-    repo = lakefs_repo
+    repo = lakefence_repo
     spark = reader(delta_spark, gateway_lakefs, repo)
     input_commit = seed_table(spark, repo)
     dag = delta_dags.py_scoped_dag
@@ -334,11 +323,11 @@ def test_scoped_writers_of_one_table_exactly_one_lands_the_other_fails_closed(
 
 @pytest.mark.spark_cluster
 def test_a_delta_append_through_the_standalone_cluster(
-    delta_spark: Any, gateway_lakefs: Any, lakefs_repo: lakefs.Repository, delta_dags: Any, spark_cluster_conn: Any
+    delta_spark: Any, gateway_lakefs: Any, lakefence_repo: lakefs.Repository, delta_dags: Any, spark_cluster_conn: Any
 ) -> None:
     """The example's job submitted to a standalone master: the executors write the data files through
     the gateway with the credentials the job hands out, the driver commits the Delta log; one version."""
-    repo = lakefs_repo
+    repo = lakefence_repo
     spark = reader(delta_spark, gateway_lakefs, repo)
     input_commit = seed_table(spark, repo)
     conf = {"repository": repo.id, "input_ref": input_commit, "day": D3, "rows": ROWS, "tag": "cluster"}

@@ -1,6 +1,6 @@
 """The two backends of the differential test, started side by side for one session.
 
-The real lakeFS comes from the project's launcher (:mod:`airflow_lakefence.testing.real_lakefs`,
+The real lakeFS comes from the project's launcher (:mod:`tests.tools.real_lakefs`,
 the same one the ``--lakefs-backend=real`` fixtures use); the local server runs in-process.
 Both record the committer ``admin``. No proxy sits in front: the test compares the servers'
 own answers.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_lakefence.testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY, LakeFSServer
-from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
 USER_NAME = "admin"
 

@@ -17,7 +17,7 @@ import pytest
 
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 
 T = TypeVar("T")
 
@@ -35,17 +35,17 @@ class CountingClient(LakeFSClient):
 
 
 @pytest.fixture
-def adapter(lakefs_server: LakeFSServerInfo) -> CountingClient:
+def adapter(lakefence_server: LakeFSServerInfo) -> CountingClient:
     """The product's lakeFS adapter for the session's server, counting calls."""
-    return CountingClient(lakefs_server.url, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+    return CountingClient(lakefence_server.url, lakefence_server.access_key_id, lakefence_server.secret_access_key)
 
 
 @pytest.fixture
-def fenced_repo(lakefs_repo: lakefs.Repository, adapter: CountingClient) -> Iterator[lakefs.Repository]:
+def fenced_repo(lakefence_repo: lakefs.Repository, adapter: CountingClient) -> Iterator[lakefs.Repository]:
     """A repository whose ``main`` carries the hard fence (and one data file)."""
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     main.object("data/seed.txt").upload(b"seed\n")
     main.commit("seed")
-    install_hard_fence(adapter, lakefs_repo.id, "main")
+    install_hard_fence(adapter, lakefence_repo.id, "main")
     adapter.calls.clear()
-    yield lakefs_repo
+    yield lakefence_repo

@@ -25,7 +25,7 @@ from airflow_lakefence.exceptions import (
     LakeFSPreconditionFailedError,
 )
 from airflow_lakefence.hardfence import check_hard_fence, install_hard_fence, probe_hard_fence
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, install_user_hook, protect, stage
 
@@ -51,9 +51,9 @@ def rejection(exc: LakeFSPreconditionFailedError) -> hf.MergeRejection:
     return found
 
 
-def test_install_check_and_probe_cost_and_outcome(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> None:
-    repo = lakefs_repo.id
-    before = head(lakefs_repo)
+def test_install_check_and_probe_cost_and_outcome(adapter: CountingClient, lakefence_repo: lakefs.Repository) -> None:
+    repo = lakefence_repo.id
+    before = head(lakefence_repo)
     assert check_hard_fence(adapter, repo, "main").status is hf.FenceStatus.MISSING
     assert adapter.calls == {"get_object": 1}
     adapter.calls.clear()
@@ -84,30 +84,30 @@ def test_install_check_and_probe_cost_and_outcome(adapter: CountingClient, lakef
     assert probe.enforced, probe.message
     assert hf.REJECTION_MARKER in probe.message
     assert sum(adapter.calls.values()) == 11
-    assert head(lakefs_repo) == merge.id  # the probe never writes the branch
+    assert head(lakefence_repo) == merge.id  # the probe never writes the branch
     assert [b for b, _ in adapter.list_branches(repo, "lakefence-hardfence")] == []
 
 
-def test_probe_reports_a_fence_that_does_not_run(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> None:
-    probe = probe_hard_fence(adapter, lakefs_repo.id, "main")
+def test_probe_reports_a_fence_that_does_not_run(adapter: CountingClient, lakefence_repo: lakefs.Repository) -> None:
+    probe = probe_hard_fence(adapter, lakefence_repo.id, "main")
     assert not probe.enforced and "does not run" in probe.message
 
 
 def test_install_upgrades_an_outdated_fence_and_refuses_a_foreign_file(
-    adapter: CountingClient, lakefs_repo: lakefs.Repository
+    adapter: CountingClient, lakefence_repo: lakefs.Repository
 ) -> None:
     old = hf.render_action().replace(f"version: {hf.HARD_FENCE_VERSION}", "version: 0", 1)
-    commit_on(lakefs_repo, "main", {hf.ACTION_PATH: old.encode()}, "an old fence")
-    result = install_hard_fence(adapter, lakefs_repo.id, "main")
+    commit_on(lakefence_repo, "main", {hf.ACTION_PATH: old.encode()}, "an old fence")
+    result = install_hard_fence(adapter, lakefence_repo.id, "main")
     assert result.before.status is hf.FenceStatus.OUTDATED and result.installed
-    assert check_hard_fence(adapter, lakefs_repo.id, "main").status is hf.FenceStatus.OK
+    assert check_hard_fence(adapter, lakefence_repo.id, "main").status is hf.FenceStatus.OK
 
-    commit_on(lakefs_repo, "main", {hf.ACTION_PATH: b"name: mine\non:\n  pre-merge:\nhooks: []\n"}, "a user's file")
+    commit_on(lakefence_repo, "main", {hf.ACTION_PATH: b"name: mine\non:\n  pre-merge:\nhooks: []\n"}, "a user's file")
     from airflow_lakefence.hardfence import HardFenceInstallError
 
     with pytest.raises(HardFenceInstallError, match="not a lakefence hard fence"):
-        install_hard_fence(adapter, lakefs_repo.id, "main")
-    assert install_hard_fence(adapter, lakefs_repo.id, "main", force=True).installed
+        install_hard_fence(adapter, lakefence_repo.id, "main")
+    assert install_hard_fence(adapter, lakefence_repo.id, "main", force=True).installed
 
 
 def test_stale_expected_head_is_refused_and_the_target_is_unchanged(
@@ -182,14 +182,14 @@ def test_concurrent_merges_on_one_expected_head_exactly_one_lands(
 
 
 def test_without_the_fence_the_same_race_stacks_every_merge(
-    adapter: CountingClient, lakefs_repo: lakefs.Repository
+    adapter: CountingClient, lakefence_repo: lakefs.Repository
 ) -> None:
     # The control: what the fence prevents. lakeFS recomputes each losing merge on the moved head.
-    commit_on(lakefs_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
-    expected = head(lakefs_repo)
-    landed, refused = _race(adapter, lakefs_repo, expected)
+    commit_on(lakefence_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
+    expected = head(lakefence_repo)
+    landed, refused = _race(adapter, lakefence_repo, expected)
     assert (len(landed), refused) == (CONCURRENT, [])
-    parents = {adapter.get_commit(lakefs_repo.id, c).parents[0] for c in landed}
+    parents = {adapter.get_commit(lakefence_repo.id, c).parents[0] for c in landed}
     assert len(parents - {expected}) == CONCURRENT - 1  # stacked on each other, not on the expected head
 
 
@@ -231,43 +231,43 @@ def test_users_own_hook_runs_and_its_rejection_is_told_apart(
 
 
 def test_a_source_without_the_action_file_is_not_fenced(
-    adapter: CountingClient, lakefs_repo: lakefs.Repository
+    adapter: CountingClient, lakefence_repo: lakefs.Repository
 ) -> None:
     # lakeFS reads actions from the merged commit: work built on a commit before the install is unguarded.
     # This is why a publication requiring the fence checks its *input* commit.
-    before = commit_on(lakefs_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
-    staged = stage(lakefs_repo, before, {"data/old-base.txt": b"x\n"})
-    install_hard_fence(adapter, lakefs_repo.id, "main")
-    assert check_hard_fence(adapter, lakefs_repo.id, staged).status is hf.FenceStatus.MISSING
-    merged = fenced_merge(adapter, lakefs_repo, staged, before)  # stale, yet it lands
-    assert head(lakefs_repo) == merged
+    before = commit_on(lakefence_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
+    staged = stage(lakefence_repo, before, {"data/old-base.txt": b"x\n"})
+    install_hard_fence(adapter, lakefence_repo.id, "main")
+    assert check_hard_fence(adapter, lakefence_repo.id, staged).status is hf.FenceStatus.MISSING
+    merged = fenced_merge(adapter, lakefence_repo, staged, before)  # stale, yet it lands
+    assert head(lakefence_repo) == merged
 
 
 def test_fence_installs_on_a_protected_target_and_guards_it(
-    adapter: CountingClient, lakefs_client: lakefs.Client, lakefs_repo: lakefs.Repository
+    adapter: CountingClient, lakefence_client: lakefs.Client, lakefence_repo: lakefs.Repository
 ) -> None:
-    commit_on(lakefs_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
-    protect(lakefs_client, lakefs_repo, "main")
-    result = install_hard_fence(adapter, lakefs_repo.id, "main")
-    assert result.installed and head(lakefs_repo) == result.merge_commit
-    assert probe_hard_fence(adapter, lakefs_repo.id, "main").enforced
+    commit_on(lakefence_repo, "main", {"data/seed.txt": b"seed\n"}, "seed")
+    protect(lakefence_client, lakefence_repo, "main")
+    result = install_hard_fence(adapter, lakefence_repo.id, "main")
+    assert result.installed and head(lakefence_repo) == result.merge_commit
+    assert probe_hard_fence(adapter, lakefence_repo.id, "main").enforced
 
-    expected = head(lakefs_repo)
-    staged = stage(lakefs_repo, expected, {"data/out.txt": b"ours\n"})
-    stale = lakefs_repo.branch("main").get_commit().parents[0]
+    expected = head(lakefence_repo)
+    staged = stage(lakefence_repo, expected, {"data/out.txt": b"ours\n"})
+    stale = lakefence_repo.branch("main").get_commit().parents[0]
     with pytest.raises(LakeFSPreconditionFailedError) as caught:
-        fenced_merge(adapter, lakefs_repo, staged, stale)
+        fenced_merge(adapter, lakefence_repo, staged, stale)
     assert rejection(caught.value).kind is hf.RejectionKind.HARD_FENCE
-    merged = fenced_merge(adapter, lakefs_repo, staged, expected)
-    assert head(lakefs_repo) == merged
+    merged = fenced_merge(adapter, lakefence_repo, staged, expected)
+    assert head(lakefence_repo) == merged
 
 
-def test_command_line(lakefs_server: LakeFSServerInfo, lakefs_repo: lakefs.Repository) -> None:
+def test_command_line(lakefence_server: LakeFSServerInfo, lakefence_repo: lakefs.Repository) -> None:
     env = {
         **os.environ,
-        "LAKECTL_SERVER_ENDPOINT_URL": lakefs_server.url,
-        "LAKECTL_CREDENTIALS_ACCESS_KEY_ID": lakefs_server.access_key_id,
-        "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY": lakefs_server.secret_access_key,
+        "LAKECTL_SERVER_ENDPOINT_URL": lakefence_server.url,
+        "LAKECTL_CREDENTIALS_ACCESS_KEY_ID": lakefence_server.access_key_id,
+        "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY": lakefence_server.secret_access_key,
     }
 
     def cli(*args: str) -> tuple[int, dict[str, Any]]:
@@ -278,7 +278,7 @@ def test_command_line(lakefs_server: LakeFSServerInfo, lakefs_repo: lakefs.Repos
                 "airflow_lakefence.hardfence",
                 *args,
                 "--repository",
-                lakefs_repo.id,
+                lakefence_repo.id,
                 "--branch",
                 "main",
                 "--from-env",
@@ -290,14 +290,14 @@ def test_command_line(lakefs_server: LakeFSServerInfo, lakefs_repo: lakefs.Repos
             timeout=120,
             check=False,
         )
-        assert lakefs_server.secret_access_key not in proc.stdout + proc.stderr
+        assert lakefence_server.secret_access_key not in proc.stdout + proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
     code, out = cli("check")
     assert (code, out["status"], out["ok"]) == (1, "missing", False)
     code, out = cli("install")
     assert (code, out["installed"], out["status_before"]) == (0, True, "missing")
-    assert out["merge_commit"] == head(lakefs_repo)
+    assert out["merge_commit"] == head(lakefence_repo)
     code, out = cli("check", "--probe")
     assert (code, out["status"], out["probe_enforced"]) == (0, "ok", True)
     code, out = cli("install")
@@ -324,12 +324,12 @@ def test_command_line(lakefs_server: LakeFSServerInfo, lakefs_repo: lakefs.Repos
 
 
 def test_hook_methods_through_an_airflow_connection(
-    lakefs_conn: dict[str, str], lakefs_repo: lakefs.Repository
+    lakefs_conn: dict[str, str], lakefence_repo: lakefs.Repository
 ) -> None:
     from airflow_lakefence.hooks.lakefs import LakeFSHook
 
     hook = LakeFSHook()
-    assert hook.check_hard_fence(lakefs_repo.id, "main").status is hf.FenceStatus.MISSING
-    result = hook.install_hard_fence(lakefs_repo.id, "main")
-    assert result.installed and result.merge_commit == head(lakefs_repo)
-    assert hook.check_hard_fence(lakefs_repo.id, result.merge_commit).status is hf.FenceStatus.OK
+    assert hook.check_hard_fence(lakefence_repo.id, "main").status is hf.FenceStatus.MISSING
+    result = hook.install_hard_fence(lakefence_repo.id, "main")
+    assert result.installed and result.merge_commit == head(lakefence_repo)
+    assert hook.check_hard_fence(lakefence_repo.id, result.merge_commit).status is hf.FenceStatus.OK

@@ -53,14 +53,14 @@ def link(adapter: CountingClient, repo: lakefs.Repository, input_commit: str, st
 def chain_repo(
     request: pytest.FixtureRequest,
     adapter: CountingClient,
-    lakefs_client: lakefs.Client,
-    lakefs_repo: lakefs.Repository,
+    lakefence_client: lakefs.Client,
+    lakefence_repo: lakefs.Repository,
 ) -> lakefs.Repository:
-    commit_on(lakefs_repo, "main", {"data/a": b"a0", "data/keep": b"k"}, "input")
-    install_hard_fence(adapter, lakefs_repo.id, "main")
+    commit_on(lakefence_repo, "main", {"data/a": b"a0", "data/keep": b"k"}, "input")
+    install_hard_fence(adapter, lakefence_repo.id, "main")
     if request.param == "protected":
-        protect(lakefs_client, lakefs_repo, "main")
-    return lakefs_repo
+        protect(lakefence_client, lakefence_repo, "main")
+    return lakefence_repo
 
 
 @pytest.mark.parametrize("chain_repo", ["plain", "protected"], indirect=True)
@@ -92,19 +92,19 @@ def test_a_chain_of_replacements_and_a_relocation(adapter: CountingClient, chain
     assert [b for b, _ in adapter.list_branches(repo.id, "lakefence-test")] == []
 
 
-def test_the_final_merge_is_fenced(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> None:
-    input_commit = commit_on(lakefs_repo, "main", {"data/a": b"a0"}, "input")
-    install_hard_fence(adapter, lakefs_repo.id, "main")
-    input_commit = head(lakefs_repo)
-    c0 = stage(lakefs_repo, input_commit, {"data/a": b"a-c0"})
-    adapter.merge(lakefs_repo.id, c0, "main", "publish", hf.expected_head_metadata(input_commit))
-    stale = head_state(adapter, lakefs_repo)
-    foreign = commit_on(lakefs_repo, "main", {"data/foreign": b"f"})
-    c1 = stage(lakefs_repo, input_commit, {"data/a": b"a-c1"})
+def test_the_final_merge_is_fenced(adapter: CountingClient, lakefence_repo: lakefs.Repository) -> None:
+    input_commit = commit_on(lakefence_repo, "main", {"data/a": b"a0"}, "input")
+    install_hard_fence(adapter, lakefence_repo.id, "main")
+    input_commit = head(lakefence_repo)
+    c0 = stage(lakefence_repo, input_commit, {"data/a": b"a-c0"})
+    adapter.merge(lakefence_repo.id, c0, "main", "publish", hf.expected_head_metadata(input_commit))
+    stale = head_state(adapter, lakefence_repo)
+    foreign = commit_on(lakefence_repo, "main", {"data/foreign": b"f"})
+    c1 = stage(lakefence_repo, input_commit, {"data/a": b"a-c1"})
     with pytest.raises(LakeFSPreconditionFailedError) as caught:
         replace_by_merge(
             adapter,
-            repository=lakefs_repo.id,
+            repository=lakefence_repo.id,
             target="main",
             head=stale,
             input_commit=input_commit,
@@ -114,5 +114,5 @@ def test_the_final_merge_is_fenced(adapter: CountingClient, lakefs_repo: lakefs.
             metadata={},
         )
     assert hf.classify_rejection(str(caught.value)).kind is hf.RejectionKind.HARD_FENCE
-    assert head(lakefs_repo) == foreign
-    assert [b for b, _ in adapter.list_branches(lakefs_repo.id, "lakefence-test")] == []
+    assert head(lakefence_repo) == foreign
+    assert [b for b, _ in adapter.list_branches(lakefence_repo.id, "lakefence-test")] == []

@@ -125,22 +125,24 @@ def leftovers(adapter: CountingClient, repo: lakefs.Repository) -> list[str]:
 
 
 @pytest.fixture
-def fenced(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+def fenced(adapter: CountingClient, lakefence_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
     """A repository whose ``main`` carries the hard fence; the input is its head."""
-    commit_on(lakefs_repo, "main", {"in/data.txt": b"input"}, "input")
-    install_hard_fence(adapter, lakefs_repo.id, "main")
-    return lakefs_repo, head(lakefs_repo)
+    commit_on(lakefence_repo, "main", {"in/data.txt": b"input"}, "input")
+    install_hard_fence(adapter, lakefence_repo.id, "main")
+    return lakefence_repo, head(lakefence_repo)
 
 
 # -- the fence required, present, missing ---------------------------------------------------------
 
 
-def test_required_fence_missing_fails_before_the_job(adapter: CountingClient, lakefs_repo: lakefs.Repository) -> None:
-    input_commit = commit_on(lakefs_repo, "main", {"in/data.txt": b"input"}, "input")
+def test_required_fence_missing_fails_before_the_job(
+    adapter: CountingClient, lakefence_repo: lakefs.Repository
+) -> None:
+    input_commit = commit_on(lakefence_repo, "main", {"in/data.txt": b"input"}, "input")
     ran: list[bool] = []
     run = publish(
         adapter,
-        lakefs_repo,
+        lakefence_repo,
         input_commit,
         1,
         {"out/a.txt": "a"},
@@ -148,7 +150,7 @@ def test_required_fence_missing_fails_before_the_job(adapter: CountingClient, la
         hard_fence="require",
     )
     assert isinstance(run.error, HardFenceMissingError) and "not installed" in str(run.error)
-    assert not ran and head(lakefs_repo) == input_commit and leftovers(adapter, lakefs_repo) == []
+    assert not ran and head(lakefence_repo) == input_commit and leftovers(adapter, lakefence_repo) == []
     assert run.before_job == {"get_commit": 1, "create_branch": 1, "get_object": 1, "delete_branch": 1}
 
 
@@ -324,12 +326,12 @@ def test_replace_by_merge_on_request(adapter: CountingClient, fenced: tuple[lake
 
 def test_protected_target_replaces_by_merges_automatically(
     adapter: CountingClient,
-    lakefs_client: lakefs.Client,
+    lakefence_client: lakefs.Client,
     fenced: tuple[lakefs.Repository, str],
 ) -> None:
     repo, input_commit = fenced
     abandoned = _abandoned(adapter, repo, input_commit, hard_fence="require")
-    protect(lakefs_client, repo, "main")
+    protect(lakefence_client, repo, "main")
     with pytest.raises(LakeFSBranchProtectedError) as refused:
         adapter.hard_reset(repo.id, "main", input_commit)
     assert not isinstance(refused.value, LakeFSAuthError) and "protected" in str(refused.value)
@@ -363,7 +365,7 @@ def test_protected_target_replaces_by_merges_automatically(
 )
 def test_a_users_pre_merge_hook_runs_on_a_merge_only_replacement(
     adapter: CountingClient,
-    lakefs_client: lakefs.Client,
+    lakefence_client: lakefs.Client,
     fenced: tuple[lakefs.Repository, str],
     mode: str,
     protected: bool,
@@ -378,7 +380,7 @@ def test_a_users_pre_merge_hook_runs_on_a_merge_only_replacement(
     published = tree(repo, "main")
     assert published == {"in/data.txt": b"input", "out/a.txt": b"try1", "out/only1.txt": b"x"}
     if protected:
-        protect(lakefs_client, repo, "main")  # merge-only automatically (the hard reset is refused)
+        protect(lakefence_client, repo, "main")  # merge-only automatically (the hard reset is refused)
     second = publish(
         adapter, repo, input_commit, 2, {"out/a.txt": "try2"}, hard_fence=mode, replace_by_merge=not protected
     )

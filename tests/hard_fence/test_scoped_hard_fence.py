@@ -36,7 +36,7 @@ from airflow_lakefence.core.scope import (
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
 from airflow_lakefence.hardfence.__main__ import main as cli_main
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, stage
 from tests.integration.helpers import run_together
@@ -53,6 +53,8 @@ def _merge(adapter: CountingClient, repo: str, staged: str, base: str, prefixes:
 
 
 def _install_v1(repo: lakefs.Repository) -> str:
+    """Seed ``main``, then install the hard fence's first version (no scoped rule); return its commit."""
+    commit_on(repo, "main", {"data/seed": b"seed"}, "seed")
     return commit_on(repo, "main", {hf.ACTION_PATH: hf.render_action_bytes(1)}, "install the hard fence v1")
 
 
@@ -164,13 +166,10 @@ def test_an_unscoped_merge_under_v2_behaves_as_v1(fenced_repo: lakefs.Repository
 
 
 def test_v1_keeps_fencing_branch_wide_merges_and_refuses_scoped_ones_with_an_upgrade_message(
-    lakefs_repo: lakefs.Repository, adapter: CountingClient
+    lakefence_repo: lakefs.Repository, adapter: CountingClient
 ) -> None:
-    main = lakefs_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
-    base = _install_v1(lakefs_repo)
-    check = hf.check_ref(adapter, lakefs_repo.id, base)
+    base = _install_v1(lakefence_repo)
+    check = hf.check_ref(adapter, lakefence_repo.id, base)
     assert (check.status, check.installed_version, check.enforced, check.scoped) == (
         hf.FenceStatus.OUTDATED,
         1,
@@ -180,26 +179,26 @@ def test_v1_keeps_fencing_branch_wide_merges_and_refuses_scoped_ones_with_an_upg
     assert check.refusal(scoped=False) is None
     assert hf.INSTALL_COMMAND in (check.refusal(scoped=True) or "")
     prefix = "tables/t/date=1/"
-    staged = stage(lakefs_repo, base, {f"{prefix}part-0": b"mine"})
-    moved = commit_on(lakefs_repo, "main", {"tables/t/date=2/part-0": b"disjoint"})
+    staged = stage(lakefence_repo, base, {f"{prefix}part-0": b"mine"})
+    moved = commit_on(lakefence_repo, "main", {"tables/t/date=2/part-0": b"disjoint"})
     # v1 knows no scope: a scoped merge onto a moved target fails closed even though the scope is untouched.
     with pytest.raises(LakeFSHardFenceRejectedError) as info:
-        _merge(adapter, lakefs_repo.id, staged, base, [prefix])
+        _merge(adapter, lakefence_repo.id, staged, base, [prefix])
     rejection = hf.classify_rejection(str(info.value))
     assert (rejection.version, rejection.scoped, rejection.found_head) == (1, False, moved)
     assert hf.INSTALL_COMMAND in hf.explain_scoped_rejection(rejection, target="main")
     # Branch-wide merges are still fenced by v1.
     with pytest.raises(LakeFSHardFenceRejectedError):
-        adapter.merge(lakefs_repo.id, staged, "main", "publish", hf.expected_head_metadata(base))
-    assert head(lakefs_repo) == moved
+        adapter.merge(lakefence_repo.id, staged, "main", "publish", hf.expected_head_metadata(base))
+    assert head(lakefence_repo) == moved
     # The upgrade is a merge; afterwards the same scoped publication (rebuilt on the new head) lands.
-    result = install_hard_fence(adapter, lakefs_repo.id, "main")
+    result = install_hard_fence(adapter, lakefence_repo.id, "main")
     assert result.installed and result.before.status is hf.FenceStatus.OUTDATED
-    assert hf.check_ref(adapter, lakefs_repo.id, result.head).scoped
-    staged2 = stage(lakefs_repo, result.head, {f"{prefix}part-0": b"mine"})
-    commit_on(lakefs_repo, "main", {"tables/t/date=3/part-0": b"disjoint"})
-    _merge(adapter, lakefs_repo.id, staged2, result.head, [prefix])
-    assert _objects(lakefs_repo, "main", prefix) == {f"{prefix}part-0": b"mine"}
+    assert hf.check_ref(adapter, lakefence_repo.id, result.head).scoped
+    staged2 = stage(lakefence_repo, result.head, {f"{prefix}part-0": b"mine"})
+    commit_on(lakefence_repo, "main", {"tables/t/date=3/part-0": b"disjoint"})
+    _merge(adapter, lakefence_repo.id, staged2, result.head, [prefix])
+    assert _objects(lakefence_repo, "main", prefix) == {f"{prefix}part-0": b"mine"}
 
 
 def test_probe_proves_the_scoped_rule_runs(fenced_repo: lakefs.Repository, adapter: CountingClient) -> None:
@@ -210,12 +209,11 @@ def test_probe_proves_the_scoped_rule_runs(fenced_repo: lakefs.Repository, adapt
     assert not [b for b in fenced_repo.branches(prefix="lakefence-hardfence")]
 
 
-def test_probe_on_v1_says_scoped_merges_are_not_fenced(lakefs_repo: lakefs.Repository, adapter: CountingClient) -> None:
-    main = lakefs_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
-    _install_v1(lakefs_repo)
-    probe = probe_hard_fence(adapter, lakefs_repo.id, "main")
+def test_probe_on_v1_says_scoped_merges_are_not_fenced(
+    lakefence_repo: lakefs.Repository, adapter: CountingClient
+) -> None:
+    _install_v1(lakefence_repo)
+    probe = probe_hard_fence(adapter, lakefence_repo.id, "main")
     assert (probe.enforced, probe.scoped) == (True, False)
     assert hf.INSTALL_COMMAND in probe.message
 
@@ -245,20 +243,20 @@ error("CONF|" .. table.concat(out, "|") .. "|END", 0)
 
 
 def test_the_hooks_lakefs_module_and_string_library_answer_alike(
-    lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client
+    lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client
 ) -> None:
-    main = lakefs_repo.branch("main")
-    base = commit_on(lakefs_repo, "main", {"t/a/0": b"0", "t/b/0": b"0"}, "seed")
-    commit_on(lakefs_repo, "main", {"t/a/1": b"1", "t/a/2": b"2", "t/b/1": b"1", "u/x": b"x"}, "moves")
+    main = lakefence_repo.branch("main")
+    base = commit_on(lakefence_repo, "main", {"t/a/0": b"0", "t/b/0": b"0"}, "seed")
+    commit_on(lakefence_repo, "main", {"t/a/1": b"1", "t/a/2": b"2", "t/b/1": b"1", "u/x": b"x"}, "moves")
     body = "".join(f"        {line}\n" for line in _CONFORMANCE.strip().splitlines())
     action = (
         "name: conformance\non:\n  pre-merge:\n    branches: [main]\nhooks:\n  - id: conformance\n    type: lua\n"
         f"    properties:\n      script: |\n{body}"
     ).encode()
-    staged = stage(lakefs_repo, base, {"_lakefs_actions/conformance.yaml": action})
+    staged = stage(lakefence_repo, base, {"_lakefs_actions/conformance.yaml": action})
     with pytest.raises(ApiException) as info:  # the hook always fails: its message carries the answers
-        lakefs_client.sdk_client.refs_api.merge_into_branch(
-            lakefs_repo.id, staged, "main", merge=lakefs_sdk.Merge(metadata={"base": base})
+        lakefence_client.sdk_client.refs_api.merge_into_branch(
+            lakefence_repo.id, staged, "main", merge=lakefs_sdk.Merge(metadata={"base": base})
         )
     assert info.value.status == 412
     message = str(info.value.body)
@@ -276,23 +274,20 @@ def test_the_hooks_lakefs_module_and_string_library_answer_alike(
 
 
 def test_command_line_reports_v1_and_upgrades_it_to_the_scoped_fence(
-    lakefs_server: LakeFSServerInfo,
-    lakefs_repo: lakefs.Repository,
+    lakefence_server: LakeFSServerInfo,
+    lakefence_repo: lakefs.Repository,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("LAKECTL_SERVER_ENDPOINT_URL", lakefs_server.url)
-    monkeypatch.setenv("LAKECTL_CREDENTIALS_ACCESS_KEY_ID", lakefs_server.access_key_id)
-    monkeypatch.setenv("LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY", lakefs_server.secret_access_key)
+    monkeypatch.setenv("LAKECTL_SERVER_ENDPOINT_URL", lakefence_server.url)
+    monkeypatch.setenv("LAKECTL_CREDENTIALS_ACCESS_KEY_ID", lakefence_server.access_key_id)
+    monkeypatch.setenv("LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY", lakefence_server.secret_access_key)
 
     def cli(*args: str) -> tuple[int, dict[str, Any]]:
-        code = cli_main([*args, "--repository", lakefs_repo.id, "--branch", "main", "--from-env", "--json"])
+        code = cli_main([*args, "--repository", lakefence_repo.id, "--branch", "main", "--from-env", "--json"])
         return code, json.loads(capsys.readouterr().out)
 
-    main = lakefs_repo.branch("main")
-    main.object("data/seed").upload(b"seed")
-    main.commit("seed")
-    _install_v1(lakefs_repo)
+    _install_v1(lakefence_repo)
     code, out = cli("check")
     assert (code, out["status"], out["installed_version"], out["branch_wide"], out["scoped"]) == (
         1,
@@ -301,7 +296,7 @@ def test_command_line_reports_v1_and_upgrades_it_to_the_scoped_fence(
         True,
         False,
     )
-    code_text = cli_main(["check", "--repository", lakefs_repo.id, "--branch", "main", "--from-env"])
+    code_text = cli_main(["check", "--repository", lakefence_repo.id, "--branch", "main", "--from-env"])
     text = capsys.readouterr()
     assert code_text == 1 and hf.INSTALL_COMMAND in text.err and "branch-wide" in text.err
     code, out = cli("install")
@@ -349,7 +344,7 @@ def _log(client: lakefs.Client, repo: str, ref: str, **filters: Any) -> list[Com
 
 
 def test_the_scope_core_decides_on_lakefs_answers(
-    fenced_repo: lakefs.Repository, adapter: CountingClient, lakefs_client: lakefs.Client
+    fenced_repo: lakefs.Repository, adapter: CountingClient, lakefence_client: lakefs.Client
 ) -> None:
     repo = fenced_repo.id
     scope = Scope(("tables/t/date=1/",), ("dims/d/",))
@@ -367,19 +362,19 @@ def test_the_scope_core_decides_on_lakefs_answers(
 
     # Try 2: the scope's write set changed (try 1's output), the read set did not.
     c2 = _stage_as(fenced_repo, base, try2, base, {f"{write}part-0": b"try 2"})
-    decision = _scan(lakefs_client, repo, scope, head_id, base, changed=True)
+    decision = _scan(lakefence_client, repo, scope, head_id, base, changed=True)
     assert decision.action is ScopedAction.INSPECT
-    history = _log(lakefs_client, repo, head_id, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
+    history = _log(lakefence_client, repo, head_id, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
     assert [c.id for c in history[:1]] == [c1]  # merges are skipped: the staged commit names the try
     own = decide_own_history(scope, history, attempt=try2, input_ref=base, head=head_id, changed=True)
     assert (own.action, own.unwind, own.content_check) == (ScopedAction.REPLACE, c1, ((c1, write),))
-    equal = lakefs_client.sdk_client.refs_api.diff_refs(repo, c1, head_id, prefix=write, amount=1, type="two_dot")
+    equal = lakefence_client.sdk_client.refs_api.diff_refs(repo, c1, head_id, prefix=write, amount=1, type="two_dot")
     assert not equal.results
 
     # The merge-only replacement the engine will make: revert try 1's staged commit, merge try 2's,
     # merge the result into the target naming the HEAD it built on as the scope's expected base.
     x = fenced_repo.branch("replace-x").create(head_id, hidden=True)
-    lakefs_client.sdk_client.branches_api.revert_branch(
+    lakefence_client.sdk_client.branches_api.revert_branch(
         repo,
         "replace-x",
         lakefs_sdk.RevertCreation(
@@ -400,7 +395,7 @@ def test_the_scope_core_decides_on_lakefs_answers(
         "tables/t/date=2/x": b"2",
     }
     after = head(fenced_repo)
-    history = _log(lakefs_client, repo, after, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
+    history = _log(lakefence_client, repo, after, prefixes=list(scope.write), amount=OWN_HISTORY_PAGE)
     # Try 2's answer was lost: it finds its own publication below HEAD; a try 3 would replace it.
     assert decide_own_history(scope, history, attempt=try2, input_ref=base, head=after, changed=True).action is (
         ScopedAction.IDEMPOTENT
@@ -411,10 +406,10 @@ def test_the_scope_core_decides_on_lakefs_answers(
     # Someone else writes into the read set: the scan fails closed and names the commit.
     foreign = commit_on(fenced_repo, "main", {"dims/d/v": b"2"}, "hand fix")
     now = head(fenced_repo)
-    decision = _scan(lakefs_client, repo, scope, now, base, changed=True)
+    decision = _scan(lakefence_client, repo, scope, now, base, changed=True)
     assert decision.action is ScopedAction.FAIL_CLOSED
     [touch] = [t for t in decision.touches if t.write_prefix is None]
-    [culprit] = _log(lakefs_client, repo, now, objects=[touch.path], amount=1)
+    [culprit] = _log(lakefence_client, repo, now, objects=[touch.path], amount=1)
     assert culprit.id == foreign
     text = describe_conflict(touch, culprit, input_ref=base, head=now, target="main")
     assert "dims/d/v" in text and foreign in text and "hand fix" in text

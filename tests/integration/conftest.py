@@ -7,30 +7,14 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import selected_backends
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module, load_dag_module
 from tests.integration.helpers import commit_files
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the engine tests' in-memory world once, not once per lakeFS backend it does not use."""
-    first = selected_backends(config)[0]
-    keep, drop = [], []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        extra = params.get("world") == "memory" and params.get("lakefs_backend", first) != first
-        (drop if extra else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
 
 
 @pytest.fixture
 def dags() -> Any:
     """tests/dags/fenced_test_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("testdags/fenced_test_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/fenced_test_dags.py")
 
 
 @pytest.fixture
@@ -52,6 +36,6 @@ def cleaners(sensors: Any) -> Any:
 
 
 @pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+def seeded(lakefence_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
     """A repository whose ``main`` holds one input commit; returns (repo, input commit id)."""
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+    return lakefence_repo, commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")

@@ -10,6 +10,30 @@ import lakefs
 
 from airflow_lakefence import failpoints
 
+#: What every fenced task needs, for tests that build one only to see it accepted or refused.
+SPARK_TASK: dict[str, Any] = {
+    "task_id": "t",
+    "application": "job.py",
+    "repository": "repo",
+    "target_branch": "main",
+    "input_ref": "main",
+}
+
+
+def spark_task(**kwargs: Any) -> Any:
+    """A ``FencedSparkPublishOperator`` of :data:`SPARK_TASK`; ``kwargs`` add and override."""
+    from airflow_lakefence.operators import FencedSparkPublishOperator
+
+    return FencedSparkPublishOperator(**{**SPARK_TASK, **kwargs})
+
+
+def python_task(**kwargs: Any) -> Any:
+    """A ``FencedPythonPublishOperator`` calling ``print``, else as :func:`spark_task`."""
+    from airflow_lakefence.operators import FencedPythonPublishOperator
+
+    fields = {k: v for k, v in SPARK_TASK.items() if k != "application"}
+    return FencedPythonPublishOperator(**{**fields, "python_callable": print, **kwargs})
+
 
 def commit_files(repo: lakefs.Repository, branch: str, files: dict[str, str], message: str) -> str:
     """Upload ``files`` to ``branch`` and commit; return the commit id."""
@@ -159,3 +183,19 @@ def run_together(calls: Sequence[Callable[[], Any]], *, timeout: float = 300) ->
     for thread in threads:
         thread.join(timeout=timeout)
     return results
+
+
+def foreign_commit_during_the_job(dag: Any, failures: dict[Any, BaseException], seeded: Any) -> tuple[Any, Any]:
+    """Run ``dag`` (writing ``out/a.txt``) while another writer commits on ``main`` after the job; check
+    that the try failed closed with ``main`` at that commit; return the run and the try's error."""
+    from airflow_lakefence.exceptions import PublishFenceError
+
+    repo, input_commit = seeded
+    foreign: list[str] = []
+    failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
+    dr = run_dag(dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
+    assert dr.state == "failed"
+    error = failures[(dag.dag_id, 1)]
+    assert type(error) is PublishFenceError
+    assert repo.branch("main").get_commit().id == foreign[0]
+    return dr, error

@@ -26,14 +26,14 @@ URI = "lakefs://lakefence-assets/main/out"
 
 @pytest.fixture
 def asset_repo(
-    lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Path
+    lakefence_client: lakefs.Client, lakefence_server: Any, tmp_path: Path
 ) -> Iterator[tuple[lakefs.Repository, str]]:
     # Asset URIs cannot be templated, so the repository name is fixed. It is kept for the session and
     # each test seeds a new input commit: real lakeFS refuses to recreate a name it deleted moments ago
     # (409 "not unique" while its repository cache still holds it).
-    repo = lakefs.Repository("lakefence-assets", client=lakefs_client)
+    repo = lakefs.Repository("lakefence-assets", client=lakefence_client)
     repo.create(
-        storage_namespace=f"{lakefs_server.storage_namespace}/assets-{tmp_path.name}",
+        storage_namespace=f"{lakefence_server.storage_namespace}/assets-{tmp_path.name}",
         default_branch="main",
         exist_ok=True,
     )

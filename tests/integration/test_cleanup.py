@@ -23,14 +23,24 @@ from tests.integration.helpers import commit_files, publish_conf, run_dag, stagi
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
 
-def leave_branch_at(point: str, lakefs_controls: Any) -> None:
+def leave_branch_at(point: str, lakefence_controls: Any) -> None:
     """The attempt dies at ``point`` and its staging-branch delete fails: the branch is left behind."""
 
     def die() -> None:
-        lakefs_controls.add_fault("deleteBranch", status=500)
+        lakefence_controls.add_fault("deleteBranch", status=500)
         raise RuntimeError(f"worker died at {point}")
 
     failpoints.arm(point, die)
+
+
+def dead_attempt(point: str, dag: Any, seeded: tuple[lakefs.Repository, str], controls: Any) -> list[str]:
+    """Run ``dag`` once with its attempt dying at ``point`` (:func:`leave_branch_at`); return the
+    staging branches left."""
+    repo, input_commit = seeded
+    leave_branch_at(point, controls)
+    assert run_dag(dag, publish_conf(repo, input_commit)).state == "failed"
+    failpoints.disarm_all()
+    return staging_branches(repo)
 
 
 def mark_evidence(client: LakeFSClient, repository: str, branch: str, error: str) -> None:
@@ -57,17 +67,13 @@ def by_branch(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
-    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     client = LakeFSHook().client
     # A dead unstaged attempt (died during its job) and a dead staged one (died after staging).
-    leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
+    dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
+    dead_attempt("after_stage", publishers.direct_dag, seeded, lakefence_controls)
     # A fence violation: a foreign commit lands during the job; the operator keeps the branch.
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
     assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
@@ -87,7 +93,7 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert planned["dry_run"] is True and len(planned["deleted"]) == 1
     assert sorted(staging_branches(repo)) == sorted(left)  # nothing deleted
 
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(cleaners.clean_dag, {"repository": repo.id})
     assert dr.state == "success"
     result = xcoms(dr, "clean")["return_value"]
@@ -101,7 +107,7 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
     assert "staged but not marked" in kept[staged]["reason"] and kept[staged]["evidence"] is None
     # One listing, one get_commit per distinct HEAD, one delete per dead branch, and one
     # uncommitted diff (amount=1) per unstaged branch about to be deleted: does it hold anything?
-    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 3, "diffBranch": 1, "deleteBranch": 1}
+    assert lakefence_controls.counts() == {"listBranches": 1, "getCommit": 3, "diffBranch": 1, "deleteBranch": 1}
     assert sorted(staging_branches(repo)) == sorted([evidence.staging_branch, staged])
 
     again = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
@@ -115,19 +121,16 @@ def test_deletes_dead_attempts_keeps_evidence_and_is_idempotent(
 
 @pytest.mark.output_correctness
 def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
-    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # A direct-mode attempt died after its job: its output is uncommitted on the unstaged branch, as
     # the uploads of a try that failed closed before staging and could not mark its branch.
-    leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
+    (left,) = dead_attempt("after_job", publishers.direct_dag, seeded, lakefence_controls)
     assert repo.branch(left).get_commit().id == input_commit and list(repo.branch(left).uncommitted())
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     result = xcoms(run_dag(cleaners.clean_dag, {"repository": repo.id}), "clean")["return_value"]
-    assert lakefs_controls.counts() == {"listBranches": 1, "getCommit": 1, "diffBranch": 1}
+    assert lakefence_controls.counts() == {"listBranches": 1, "getCommit": 1, "diffBranch": 1}
     assert result["deleted"] == [] and staging_branches(repo) == [left]
     reason = by_branch(result["kept"])[left]["reason"]
     assert "unstaged with uncommitted changes" in reason and "delete_evidence=True" in reason
@@ -136,13 +139,11 @@ def test_a_dead_unstaged_branch_holding_uncommitted_changes_is_kept_until_told(
 
 
 def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
-    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
-    repo, input_commit = seeded
+    repo, _ = seeded
     client = LakeFSHook().client
-    leave_branch_at("after_stage", lakefs_controls)
-    assert run_dag(publishers.direct_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
+    dead_attempt("after_stage", publishers.direct_dag, seeded, lakefence_controls)
     (staged,) = staging_branches(repo)
     # As if the worker had died in the middle of a merge-only replacement: the hidden temporary
     # branch it made from the target outlived it (a SIGKILL runs no ``finally``).
@@ -160,17 +161,14 @@ def test_a_dead_attempts_merge_only_temporary_branch_is_deleted(
 
 
 def test_keeps_a_live_attempts_branch(
-    publishers: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     from airflow_lakefence.operators import LakeFSStagingCleanupOperator
     from airflow_lakefence.task_instances import TaskSdkView
 
     # A dead attempt's (unstaged) leftover of another run...
-    leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    dead = staging_branches(repo)
+    dead = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
     results: list[dict[str, Any]] = []
 
     def clean_while_running() -> None:
@@ -195,14 +193,11 @@ def test_keeps_a_live_attempts_branch(
 
 @pytest.mark.output_correctness
 def test_a_failed_delete_is_reported_and_does_not_fail_the_cleaner(
-    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, cleaners: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
-    repo, input_commit = seeded
-    leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
-    lakefs_controls.add_fault("deleteBranch", status=500)
+    repo, _ = seeded
+    (left,) = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
+    lakefence_controls.add_fault("deleteBranch", status=500)
     dr = run_dag(cleaners.clean_dag, {"repository": repo.id})
     assert dr.state == "success"
     result = xcoms(dr, "clean")["return_value"]
@@ -217,15 +212,12 @@ def test_unidentified_branch_deleted_after_max_age(
     publishers: Any,
     cleaners: Any,
     seeded: tuple[lakefs.Repository, str],
-    lakefs_controls: Any,
-    lakefs_server: Any,
-    lakefs_client: lakefs.Client,
+    lakefence_controls: Any,
+    lakefence_server: Any,
+    lakefence_client: lakefs.Client,
 ) -> None:
     repo, input_commit = seeded
-    leave_branch_at("after_job", lakefs_controls)
-    assert run_dag(publishers.workspace_dag, publish_conf(repo, input_commit)).state == "failed"
-    failpoints.disarm_all()
-    (left,) = staging_branches(repo)
+    (left,) = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)
     # No publishers given and no record on the branch: the first sight only starts the clock...
     first = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": repo.id}), "clean")
     assert first["return_value"]["deleted"] == []
@@ -236,8 +228,8 @@ def test_unidentified_branch_deleted_after_max_age(
     # A later run of the same cleaner DAG over another repository remembers nothing of this one:
     # it must not become the memory this repository's next run reads (an XCom pulled across runs
     # would hand over that newer run's memory).
-    other = lakefs.Repository(f"{repo.id}-other", client=lakefs_client).create(
-        storage_namespace=f"{lakefs_server.storage_namespace.rstrip('/')}/{repo.id}-other", default_branch="main"
+    other = lakefs.Repository(f"{repo.id}-other", client=lakefence_client).create(
+        storage_namespace=f"{lakefence_server.storage_namespace.rstrip('/')}/{repo.id}-other", default_branch="main"
     )
     try:
         between = xcoms(run_dag(cleaners.clean_unscoped_dag, {"repository": other.id}), "clean")

@@ -48,8 +48,8 @@ from airflow_lakefence.core.naming import staging_branch_name, staging_branch_pr
 from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
-from tests.conftest import load_dag_module
+from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
+from tests.conftest import fresh_dag_module
 from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 
@@ -262,9 +262,9 @@ class Backdoor:
 
 
 @pytest.fixture(scope="module")
-def server(lakefs_server: LakeFSServerInfo) -> Backdoor:
+def server(lakefence_server: LakeFSServerInfo) -> Backdoor:
     """This module's uncounted access to the session's lakeFS, with the test repository created."""
-    backdoor = Backdoor(lakefs_server)
+    backdoor = Backdoor(lakefence_server)
     backdoor.create_repository()
     return backdoor
 
@@ -305,8 +305,7 @@ def protected_targets(server: Backdoor, history: dict[int, str]) -> str:
 
 @pytest.fixture
 def dags() -> Iterator[Any]:
-    module = load_dag_module("testdags/cost_dags.py")
-    module.FAILURES.clear()
+    module = fresh_dag_module("testdags/cost_dags.py")
     yield module
     module.PROBE["try_start"] = None
 
@@ -564,9 +563,9 @@ def assert_fence_cost(attempt: Attempt, checks: int = 3, arm: dict[str, int] = A
 
 
 @pytest.fixture
-def measure(server: Backdoor, lakefs_controls: Any, api_calls: Counter[str], dags: Any) -> Callable[..., Run]:
+def measure(server: Backdoor, lakefence_controls: Any, api_calls: Counter[str], dags: Any) -> Callable[..., Run]:
     def measure_(dag: Any, input_commit: str, scenario: Scenario, job: dict[str, Any] | None = None) -> Run:
-        return run_publish(server, lakefs_controls, api_calls, dags, dag, input_commit, scenario, job)
+        return run_publish(server, lakefence_controls, api_calls, dags, dag, input_commit, scenario, job)
 
     return measure_
 

@@ -127,7 +127,7 @@ def probe_dag() -> Any:
     ],
 )
 def test_connection_saved_from_the_ui_form_works_in_a_task(
-    api: Any, lakefs_conn: dict[str, str], lakefs_repo: Any, probe_dag: Any, form: str, verify_ssl: Any
+    api: Any, lakefs_conn: dict[str, str], lakefence_repo: Any, probe_dag: Any, form: str, verify_ssl: Any
 ) -> None:
     """Save the connection as the UI does (REST API, the form's extra), then use it from a real task."""
     from tests.integration.helpers import xcoms
@@ -141,11 +141,11 @@ def test_connection_saved_from_the_ui_form_works_in_a_task(
     assert created.status_code == 201, created.text
     assert json.loads(created.json()["extra"])["verify_ssl"] == (True if verify_ssl == "form" else verify_ssl)
 
-    dag_run = probe_dag.test(run_conf={"conn_id": conn_id, "repository": lakefs_repo.id})
+    dag_run = probe_dag.test(run_conf={"conn_id": conn_id, "repository": lakefence_repo.id})
     assert dag_run.state == "success"
     result = xcoms(dag_run, "probe")["return_value"]
     assert result["verify_ssl"] is (verify_ssl is not False)
-    assert result["head"] == lakefs_repo.branch("main").get_commit().id
+    assert result["head"] == lakefence_repo.branch("main").get_commit().id
     assert result["test"][0] is True, result["test"][1]
 
 

@@ -1,9 +1,9 @@
-"""The publish engine on its own: no Airflow, a stand-in attempt fence, and two lakeFS worlds.
+"""The publish engine on its own: no Airflow, a stand-in attempt fence, lakeFS over HTTP.
 
-Every scenario runs against the in-memory lakeFS (tests/fakes/memory_lakefs.py) and against the
-session's lakeFS backend over HTTP through the real adapter (``LakeFSClient``; the local server or
-real lakeFS, per ``--lakefs-backend``). Lost answers are played by :class:`LossyPort`, which wraps
-either. Outcomes are asserted on the branches, commits and objects left behind.
+Every scenario runs against the session's lakeFS backend through the real adapter (``LakeFSClient``;
+the local server or real lakeFS, per ``--lakefs-backend``). Lost answers are played by
+:class:`LossyPort`, which wraps the adapter. Outcomes are asserted on the branches, commits and
+objects left behind.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from airflow_lakefence.exceptions import (
     PublishRaceError,
     StaleAttemptError,
 )
-from tests.fakes.memory_lakefs import LossyPort, MemoryLakeFS
+from airflow_lakefence.lakefs_client import LakeFSClient
+from tests.integration.lossy_port import LossyPort
 
 KEY = PublicationKey("dag", "run-1", "publish")
 
@@ -90,54 +91,22 @@ class Reported:
 
 
 class World:
-    """A repository with ``main`` holding one input commit, behind a :class:`LossyPort`."""
+    """A new repository whose ``main`` holds one input commit, behind a :class:`LossyPort` over the adapter.
 
-    repository: str
-    port: LossyPort
+    :param repo: the repository (``lakefence_repo``).
+    :param server: the session's lakeFS (``lakefence_server``).
+    """
 
-    def write(self, branch: str, files: dict[str, str], message: str = "foreign") -> str:
-        raise NotImplementedError
-
-    def stage(self, branch: str, path: str, text: str) -> None:
-        """What a direct-mode job does: write one object into a branch, uncommitted."""
-        raise NotImplementedError
-
-    def tree(self, ref: str) -> dict[str, str]:
-        raise NotImplementedError
-
-    def branches(self) -> list[str]:
-        return [name for name, _ in self.port.inner.list_branches(self.repository, "lakefence", show_hidden=True)]
-
-    def head(self, branch: str = "main") -> Any:
-        return self.port.inner.get_commit(self.repository, branch)
-
-
-class MemoryWorld(World):
-    def __init__(self) -> None:
-        self.lakefs = MemoryLakeFS("repo")
-        self.repository = "repo"
-        self.port = LossyPort(self.lakefs)
-        self.input = self.write("main", {"in/data.txt": "input"}, "seed")
-
-    def write(self, branch: str, files: dict[str, str], message: str = "foreign") -> str:
-        return self.lakefs.write(branch, files, message)
-
-    def stage(self, branch: str, path: str, text: str) -> None:
-        self.lakefs.upload(branch, path, text)
-
-    def tree(self, ref: str) -> dict[str, str]:
-        return self.lakefs.tree(ref)
-
-
-class LakeFSWorld(World):
-    def __init__(self, repo: Any, client: Any) -> None:
-        self.repo, self.client = repo, client
+    def __init__(self, repo: Any, server: Any) -> None:
+        self.repo, self.server = repo, server
+        self.client = adapter(server)
         self.repository = repo.id
-        self.port = LossyPort(client)
+        self.port = LossyPort(self.client)
         self._tmp = Path(tempfile.mkdtemp(prefix="engine-world-"))
         self.input = self.write("main", {"in/data.txt": "input"}, "seed")
 
     def stage(self, branch: str, path: str, text: str) -> None:
+        """What a direct-mode job does: write one object into a branch, uncommitted."""
         local = self._tmp / "blob"
         local.write_text(text)
         self.client.upload_file(self.repository, branch, path, local)
@@ -151,19 +120,21 @@ class LakeFSWorld(World):
         paths = self.client.list_objects(self.repository, ref)
         return {p: self.client.read_object(self.repository, ref, p).decode() for p in paths}
 
+    def branches(self) -> list[str]:
+        return [name for name, _ in self.client.list_branches(self.repository, "lakefence", show_hidden=True)]
 
-@pytest.fixture(params=["memory", "lakefs"])
-def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World]:
-    # Requesting lakefs_backend makes ``--lakefs-backend=both`` run the "lakefs" world on each backend
-    # (tests/integration/conftest.py keeps the "memory" world to the first backend's pass).
-    if request.param == "memory":
-        yield MemoryWorld()
-    else:
-        from airflow_lakefence.lakefs_client import LakeFSClient
+    def head(self, branch: str = "main") -> Any:
+        return self.client.get_commit(self.repository, branch)
 
-        repo = request.getfixturevalue("lakefs_repo")
-        server = request.getfixturevalue("lakefs_server")
-        yield LakeFSWorld(repo, LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key))
+
+def adapter(server: Any) -> LakeFSClient:
+    """A new adapter (``LakeFSClient``) for the session's lakeFS."""
+    return LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key)
+
+
+@pytest.fixture
+def world(lakefence_repo: Any, lakefence_server: Any) -> Iterator[World]:
+    yield World(lakefence_repo, lakefence_server)
     failpoints.disarm_all()
 
 
@@ -198,8 +169,9 @@ class Run:
             elif locations.staging_branch is not None:
                 self.world.stage(locations.staging_branch, path, text)
 
-    def engine(self) -> PublishEngine:
-        request = PublishRequest(
+    def request(self, **more: Any) -> PublishRequest:
+        """The run's request into ``main``; ``more`` adds fields."""
+        return PublishRequest(
             repository=self.world.repository,
             target_branch="main",
             input_ref=self.input_ref or self.world.input,
@@ -210,7 +182,11 @@ class Run:
             publish_budget=self.budget,
             deadline=self.deadline,
             replace_by_merge=self.replace_by_merge,
+            **more,
         )
+
+    def engine(self) -> PublishEngine:
+        request = self.request()
         return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
 
     def __call__(self) -> Any:

@@ -1,7 +1,7 @@
-"""Delta tables declared as outputs of the publish engine: the checks of steps 1 and 7, on both worlds.
+"""Delta tables declared as outputs of the publish engine: the checks of steps 1 and 7, over HTTP.
 
-The job plays Delta with plain objects (``_delta_log/<v>.json`` and data files) on the in-memory
-lakeFS and on the session's lakeFS backend; real Delta writes through Spark are tests/delta's.
+The job plays Delta with plain objects (``_delta_log/<v>.json`` and data files) on the session's
+lakeFS backend; real Delta writes through Spark are tests/delta's.
 Outcomes are asserted on the target's HEAD, the staging branches left and the engine's result.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.core.engine import PublishEngine, PublishRequest
+from airflow_lakefence.core.engine import PublishRequest
 from airflow_lakefence.exceptions import (
     DeltaLogError,
     DeltaOutputModeError,
@@ -25,7 +25,7 @@ from airflow_lakefence.exceptions import (
 from tests.integration import test_engine
 from tests.integration.test_engine import Crash, Run, World, crash
 
-world = test_engine.world  # the fixture: the in-memory lakeFS and the session's lakeFS backend
+world = test_engine.world  # the fixture: a new repository on the session's lakeFS
 
 EVENTS = "tables/events"
 
@@ -47,17 +47,8 @@ class DeltaRun(Run):
         self.ran += 1
         super().job(locations)
 
-    def engine(self) -> PublishEngine:
-        request = PublishRequest(
-            repository=self.world.repository,
-            target_branch="main",
-            input_ref=self.input_ref or self.world.input,
-            write_mode=self.write_mode,
-            output_prefixes=self.prefixes,
-            output_mode=self.output_mode,
-            output_tables=self.tables,
-        )
-        return PublishEngine(self.world.port, self.fence, request, clock=lambda: 100.0, run_state=self.run_state)
+    def request(self, **more: Any) -> PublishRequest:
+        return super().request(output_mode=self.output_mode, output_tables=self.tables, **more)
 
 
 def with_table(world: World, versions: int = 1) -> str:
@@ -189,21 +180,26 @@ def test_without_tables_the_engine_makes_no_delta_call(world: World) -> None:
     assert result.delta_versions == {} and world.port.calls.get("diff_refs", 0) == 0
 
 
-def test_the_commit_sensor_waits_for_a_new_table_version(lakefs_repo: Any, lakefs_server: Any) -> None:
+def test_the_commit_sensor_waits_for_a_new_table_version(lakefence_repo: Any, lakefence_server: Any) -> None:
     """``LakeFSCommitSensor(prefix="<root>/_delta_log/")`` fires on a new Delta version, not on other commits."""
-    from airflow_lakefence.lakefs_client import LakeFSClient
     from airflow_lakefence.sensors import LakeFSCommitSensor
     from airflow_lakefence.triggers.probes import probe_new_commit
 
-    client = LakeFSClient(lakefs_server.endpoint, lakefs_server.access_key_id, lakefs_server.secret_access_key)
-    lake = test_engine.LakeFSWorld(lakefs_repo, client)
+    lake = test_engine.World(lakefence_repo, lakefence_server)
+    client = lake.client
     since = with_table(lake, versions=1)
     sensor = LakeFSCommitSensor(
-        task_id="new_version", repository=lakefs_repo.id, branch="main", since_ref=since, prefix=f"{EVENTS}/_delta_log/"
+        task_id="new_version",
+        repository=lakefence_repo.id,
+        branch="main",
+        since_ref=since,
+        prefix=f"{EVENTS}/_delta_log/",
     )
 
     def probe() -> str | None:
-        return probe_new_commit(client, repository=lakefs_repo.id, branch="main", since_ref=since, prefix=sensor.prefix)
+        return probe_new_commit(
+            client, repository=lakefence_repo.id, branch="main", since_ref=since, prefix=sensor.prefix
+        )
 
     assert probe() is None
     lake.write("main", {"reports/other.txt": "x", f"{EVENTS}/day=9/stray.parquet": "x"})

@@ -73,9 +73,9 @@ def run_dates_at_once(dag_file: Path, dates: tuple[str, ...], tmp_path: Path) ->
 
 
 @pytest.fixture
-def example_repo(lakefs_client: lakefs.Client) -> Iterator[lakefs.Repository]:
+def example_repo(lakefence_client: lakefs.Client) -> Iterator[lakefs.Repository]:
     """The example's repository, fresh (another example test may have left one in this session)."""
-    repo = lakefs.Repository("example-repo", client=lakefs_client)
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
 
     def delete() -> None:
         try:
@@ -89,7 +89,7 @@ def example_repo(lakefs_client: lakefs.Client) -> Iterator[lakefs.Repository]:
 
 
 def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
-    lakefs_client: lakefs.Client, example_repo: lakefs.Repository, tmp_path: Path
+    lakefence_client: lakefs.Client, example_repo: lakefs.Repository, tmp_path: Path
 ) -> None:
     import pandas as pd
 
@@ -98,7 +98,7 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
     for task in dag.tasks:
         assert task.pool == "default_pool" and not task.depends_on_past, task.task_id
     assert dag.get_task("events_per_day").fence_scope == "prefixes"
-    input_commit = _seed(lakefs_client, tmp_path)
+    input_commit = _seed(lakefence_client, tmp_path)
 
     # A backfill: every date's run started together (what max_active_runs=8 lets the scheduler do),
     # each dag.test() in its own process with its own copy of the migrated metadata DB.

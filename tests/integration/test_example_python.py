@@ -24,14 +24,14 @@ def _seed_events(client: Any, tmp_path: Path) -> str:
     return str(demo.seed_events(client, "example-repo", 700, tmp_path))
 
 
-def test_the_pandas_example_publishes_users_per_day(lakefs_client: lakefs.Client, tmp_path: Path) -> None:
+def test_the_pandas_example_publishes_users_per_day(lakefence_client: lakefs.Client, tmp_path: Path) -> None:
     from airflow.models.pool import Pool
 
-    input_commit = _seed_events(lakefs_client, tmp_path)
+    input_commit = _seed_events(lakefence_client, tmp_path)
     Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
     dr = load_dag_module("examples/example_python_publish.py").dag.test(logical_date=None)
     assert dr.state == "success"
-    repo = lakefs.Repository("example-repo", client=lakefs_client)
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "users_per_day")
     assert (values["decision"], values["input_ref"], values["output_ref"]) == ("merge", input_commit, head.id)

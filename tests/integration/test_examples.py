@@ -51,12 +51,12 @@ SPARK_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
 
 @pytest.mark.spark
 def test_example_dag_publishes_with_real_pyspark(
-    lakefs_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    lakefence_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from airflow.models.pool import Pool
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    input_commit = _demo_module().seed_events(lakefs_client, "example-repo", 2_000, tmp_path)
+    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 2_000, tmp_path)
     Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
     # Register every DAG (the asset consumer included) as the dag processor would.
     subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
@@ -67,7 +67,7 @@ def test_example_dag_publishes_with_real_pyspark(
     assert dr.state == "success"
     assert dr.logical_date is None
 
-    repo = lakefs.Repository("example-repo", client=lakefs_client)
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "daily_counts")
     assert values["decision"] == "merge"

@@ -23,6 +23,7 @@ from airflow_lakefence.exceptions import (
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
+    foreign_commit_during_the_job,
     publish_conf,
     read_text,
     run_dag,
@@ -126,13 +127,7 @@ def test_foreign_commit_during_the_job_fails_closed_and_keeps_evidence(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = seeded
-    foreign: list[str] = []
-    failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
-    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = dags.FAILURES[("lf_test_workspace", 1)]
-    assert type(error) is PublishFenceError
-    assert repo.branch("main").get_commit().id == foreign[0]
+    _, error = foreign_commit_during_the_job(dags.workspace_dag, dags.FAILURES, seeded)
     kept = staging_branches(repo)
     assert kept == [error.staging_branch]
     marker = repo.branch(kept[0]).get_commit()  # the evidence marker retries and the cleaner recognise
@@ -181,15 +176,15 @@ def test_cleared_attempt_publishes_nothing(dags: Any, seeded: tuple[lakefs.Repos
     assert xcoms(dr, "publish").get("output_ref") is None
 
 
-def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any) -> None:
+def test_read_only_writes_nothing(dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.read_only_dag, publish_conf(repo, "main", {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     values = xcoms(dr, "publish")
     assert values["output_ref"] == values["input_ref"] == input_commit
     assert values["decision"] == "read_only"
-    counts = lakefs_controls.counts()
+    counts = lakefence_controls.counts()
     assert set(counts) == {"getCommit"}, counts
     assert repo.branch("main").get_commit().id == input_commit
     assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]

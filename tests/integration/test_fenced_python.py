@@ -12,10 +12,10 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.exceptions import JobError, OutputPrefixError, PublishFenceError, StaleAttemptError
+from airflow_lakefence.exceptions import JobError, OutputPrefixError, StaleAttemptError
 from tests.integration.helpers import (
-    commit_files,
     die_after_publishing,
+    foreign_commit_during_the_job,
     publish_conf,
     read_text,
     run_dag,
@@ -71,14 +71,8 @@ def test_a_crash_after_publishing_is_replaced_by_the_retry(
 def test_a_foreign_commit_on_the_target_fails_closed_and_keeps_the_staging_branch(
     dags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
-    repo, input_commit = seeded
-    foreign: list[str] = []
-    failpoints.arm("after_job", lambda: foreign.append(commit_files(repo, "main", {"other.txt": "x"}, "racer")))
-    dr = run_dag(dags.py_workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = dags.FAILURES[("lf_py_workspace", 1)]
-    assert type(error) is PublishFenceError
-    assert repo.branch("main").get_commit().id == foreign[0]
+    repo, _ = seeded
+    dr, error = foreign_commit_during_the_job(dags.py_workspace_dag, dags.FAILURES, seeded)
     assert staging_branches(repo) == [error.staging_branch]
     assert repo.branch(error.staging_branch).get_commit().metadata["lakefence.evidence"] == "PublishFenceError"
     assert read_text(repo, error.staging_branch, "out/a.txt") == "A"

@@ -13,31 +13,31 @@ import pytest
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSAuthError, PublishBudgetError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
-from tests.integration.helpers import commit_files
+from tests.integration.helpers import SPARK_TASK, commit_files
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
 
-def test_hook_reads_the_connection(lakefs_conn: dict[str, str], lakefs_repo: lakefs.Repository) -> None:
+def test_hook_reads_the_connection(lakefs_conn: dict[str, str], lakefence_repo: lakefs.Repository) -> None:
     hook = LakeFSHook()
     assert hook.endpoint == lakefs_conn["host"].removesuffix("/api/v1")
     assert hook.settings["verify_ssl"] is True
-    assert hook.client.get_commit(lakefs_repo.id, "main").id == lakefs_repo.branch("main").get_commit().id
+    assert hook.client.get_commit(lakefence_repo.id, "main").id == lakefence_repo.branch("main").get_commit().id
     assert hook.test_connection()[0] is True
     assert lakefs_conn["password"] not in repr(hook.client)
 
 
 def test_hook_uri_connection_and_bad_credentials(
-    lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch, lakefs_repo: lakefs.Repository
+    lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPatch, lakefence_repo: lakefs.Repository
 ) -> None:
     host = lakefs_conn["host"].removeprefix("http://").removesuffix("/api/v1")
     secret = urllib.parse.quote(lakefs_conn["password"], safe="")
     monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_URI", f"lakefs://{lakefs_conn['login']}:{secret}@{host}")
-    assert LakeFSHook("lakefs_uri").client.get_commit(lakefs_repo.id, "main").id
+    assert LakeFSHook("lakefs_uri").client.get_commit(lakefence_repo.id, "main").id
     monkeypatch.setenv("AIRFLOW_CONN_LAKEFS_BAD", json.dumps({**lakefs_conn, "password": "wrong"}))
     bad = LakeFSHook("lakefs_bad")
     with pytest.raises(LakeFSAuthError) as info:
-        bad.client.get_commit(lakefs_repo.id, "main")
+        bad.client.get_commit(lakefence_repo.id, "main")
     assert info.value.status == 401 and "wrong" not in str(info.value)
     ok, message = bad.test_connection()
     assert not ok and "401" in message
@@ -63,22 +63,16 @@ def test_missing_connection() -> None:
         LakeFSHook("no_such_conn").client  # noqa: B018
 
 
-def test_resolve_ref_operator(lakefs_repo: lakefs.Repository) -> None:
-    first = commit_files(lakefs_repo, "main", {"a": "1"}, "one")
-    second = commit_files(lakefs_repo, "main", {"b": "2"}, "two")
+def test_resolve_ref_operator(lakefence_repo: lakefs.Repository) -> None:
+    first = commit_files(lakefence_repo, "main", {"a": "1"}, "one")
+    second = commit_files(lakefence_repo, "main", {"b": "2"}, "two")
     for ref, expected in [("main", second), ("main~1", first), (first, first)]:
-        assert LakeFSResolveRefOperator(task_id="r", repository=lakefs_repo.id, ref=ref).execute({}) == expected
+        assert LakeFSResolveRefOperator(task_id="r", repository=lakefence_repo.id, ref=ref).execute({}) == expected
     with pytest.raises(InputRefError):
-        LakeFSResolveRefOperator(task_id="r", repository=lakefs_repo.id, ref="nope").execute({})
+        LakeFSResolveRefOperator(task_id="r", repository=lakefence_repo.id, ref="nope").execute({})
 
 
-BASE: dict[str, Any] = {
-    "task_id": "t",
-    "repository": "repo",
-    "target_branch": "main",
-    "input_ref": "main",
-    "application": "a.py",
-}
+BASE: dict[str, Any] = SPARK_TASK
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_lakefence.core.engine import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError
-from airflow_lakefence.operators import FencedSparkPublishOperator
 from tests.conftest import load_dag_module
-from tests.integration.helpers import attempt_and_summary, only, publish_conf, ti_state, xcoms
+from tests.integration.helpers import attempt_and_summary, only, publish_conf, spark_task, ti_state, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -153,16 +152,8 @@ def test_spark_log_level_reaches_the_job_unless_conf_or_none_says_otherwise(
     confs: list[dict[str, Any]] = []
     # What the provider's execute does with the task: build its hook through _get_hook, submit with it.
     monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: confs.append(self._get_hook()._conf))
-    task = FencedSparkPublishOperator(
-        task_id="publish",
-        application="job.py",
-        conn_id="spark_local",
-        repository="lake",
-        target_branch="main",
-        input_ref="main",
-        **kwargs,
-    )
-    task.run_job({}, AttemptLocations("r", "main", "c" * 64, "lakefence-x", Path("/nonexistent"), "workspace"))
+    task = spark_task(conn_id="spark_local", **kwargs)
+    task.run_job({}, AttemptLocations("repo", "main", "c" * 64, "lakefence-x", Path("/nonexistent"), "workspace"))
     (submitted,) = confs
     assert submitted.get("spark.log.level") == level
     assert "spark.lakefence.stagingBranch" in submitted  # the job's confs were there too
@@ -171,14 +162,7 @@ def test_spark_log_level_reaches_the_job_unless_conf_or_none_says_otherwise(
 
 def test_a_spark_log_level_spark_does_not_know_is_refused_at_parse_time() -> None:
     with pytest.raises(InvalidInputError, match="spark_log_level must be one of"):
-        FencedSparkPublishOperator(
-            task_id="publish",
-            application="job.py",
-            repository="lake",
-            target_branch="main",
-            input_ref="main",
-            spark_log_level="VERBOSE",
-        )
+        spark_task(spark_log_level="VERBOSE")
 
 
 def test_without_input_ref_the_first_try_pins_the_target_and_a_retry_builds_on_that_commit(

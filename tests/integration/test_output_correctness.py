@@ -6,7 +6,7 @@ successful try supersedes (not abandons) its publication; fail-closed messages s
 mapped instances into one target fail before their job.
 
 Real Airflow DB and ``dag.test()``, real HTTP to lakeFS through the SDK; the Spark engine is the
-fake spark-submit (JVM skipped). Faults use the ``lakefs_controls`` fixture API (the fault proxy in
+fake spark-submit (JVM skipped). Faults use the ``lakefence_controls`` fixture API (the fault proxy in
 front of either lakeFS backend).
 """
 
@@ -28,7 +28,7 @@ from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.triggers.probes import probe_abandoned
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
@@ -47,9 +47,7 @@ PREFIX = "tables/daily/"
 
 @pytest.fixture
 def dags() -> Any:
-    module = load_dag_module("testdags/output_correctness_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/output_correctness_dags.py")
 
 
 def objects(repo: lakefs.Repository, ref: str, prefix: str) -> list[str]:
@@ -241,10 +239,10 @@ def test_tag_input_pinned_even_when_the_tag_moves(dags: Any, seeded: tuple[lakef
 
 
 def test_lost_staging_commit_answer_still_publishes(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.add_fault("commit", drop=True, when="after")
+    lakefence_controls.add_fault("commit", drop=True, when="after")
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     values = xcoms(dr, "publish")
     assert dr.state == "success", failure(dags, dags.workspace_dag)
@@ -264,7 +262,7 @@ def short_read_timeout(lakefs_conn: dict[str, str], monkeypatch: pytest.MonkeyPa
 
 
 def test_lost_staging_commit_landing_after_the_reread_is_found_by_its_record(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, short_read_timeout: None
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, short_read_timeout: None
 ) -> None:
     """Round 1's staging commit is held by the proxy past the client's read timeout (its answer is
     lost); the engine re-reads the staging branch (nothing there yet) and commits again; round 1's
@@ -287,15 +285,15 @@ def test_lost_staging_commit_landing_after_the_reread_is_found_by_its_record(
         round_2_sent.set()
         assert round_1_landed.wait(60), "round 1 never landed"
 
-    lakefs_controls.add_fault("commit", nth=1, when="before", hook=hold_round_1)
-    lakefs_controls.add_fault("commit", nth=1, when="after", hook=round_1_done)
-    lakefs_controls.add_fault("commit", nth=2, when="before", hook=hold_round_2)
-    lakefs_controls.reset_counts()
+    lakefence_controls.add_fault("commit", nth=1, when="before", hook=hold_round_1)
+    lakefence_controls.add_fault("commit", nth=1, when="after", hook=round_1_done)
+    lakefence_controls.add_fault("commit", nth=2, when="before", hook=hold_round_2)
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_dag)
-    assert lakefs_controls.faults() == []
+    assert lakefence_controls.faults() == []
     assert order == ["round 2 sent", "round 1 sent on", "round 1 landed: 201"]
-    assert lakefs_controls.counts()["commit"] == 2  # no third (empty) commit
+    assert lakefence_controls.counts()["commit"] == 2  # no third (empty) commit
     values = xcoms(dr, "publish")
     staged = repo.commit(values["staged_commit"]).get_commit()
     assert staged.parents == [input_commit]  # round 1's commit itself
@@ -322,10 +320,10 @@ def test_direct_job_that_commits_itself_is_published(dags: Any, seeded: tuple[la
 
 
 def test_merge_landing_late_is_idempotent(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.add_fault("mergeIntoBranch", status=503)  # round 1: refused, answer unknown
+    lakefence_controls.add_fault("mergeIntoBranch", status=503)  # round 1: refused, answer unknown
     rounds: list[int] = []
 
     def first_request_lands_now() -> None:
@@ -351,10 +349,10 @@ def test_merge_landing_late_is_idempotent(
 
 
 def test_fence_rechecked_before_each_publish_round(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.add_fault("mergeIntoBranch", status=503)
+    lakefence_controls.add_fault("mergeIntoBranch", status=503)
     rounds: list[int] = []
 
     def cleared_between_rounds() -> None:
@@ -368,7 +366,7 @@ def test_fence_rechecked_before_each_publish_round(
     failpoints.arm("after_publish_read", cleared_between_rounds)
     run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert isinstance(failure(dags, dags.workspace_dag), StaleAttemptError)
-    assert lakefs_controls.counts()["mergeIntoBranch"] == 1
+    assert lakefence_controls.counts()["mergeIntoBranch"] == 1
     assert repo.branch("main").get_commit().id == input_commit
 
 
@@ -381,11 +379,11 @@ def _assert_kept_as_evidence(repo: lakefs.Repository, branch: str, error: str) -
 
 
 def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     foreign = commit_files(repo, "main", {"other.txt": "x"}, "someone else")
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
@@ -395,7 +393,7 @@ def test_fail_closed_before_the_job_keeps_xcom_and_lakefs_consistent(
     assert error.staging_branch is None
     assert "staging_branch" not in xcoms(dr, "publish")
     assert staging_branches(repo) == []
-    assert lakefs_controls.counts().get("uploadObject", 0) == 0  # the job never ran: nothing uploaded
+    assert lakefence_controls.counts().get("uploadObject", 0) == 0  # the job never ran: nothing uploaded
     assert repo.branch("main").get_commit().id == foreign
 
 
@@ -414,14 +412,20 @@ def test_output_prefix_error_in_workspace_mode_keeps_what_the_job_wrote(
     assert repo.branch("main").get_commit().id == input_commit
 
 
-def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
-) -> None:
+def _merge_answers(status: int, dags: Any, seeded: tuple[lakefs.Repository, str], controls: Any) -> Any:
+    """Publish ``out/a.txt`` while lakeFS answers the merge with ``status``; return the failed try's error."""
     repo, input_commit = seeded
-    lakefs_controls.add_fault("mergeIntoBranch", status=412)
+    controls.add_fault("mergeIntoBranch", status=status)
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
-    error = failure(dags, dags.workspace_dag)
+    return failure(dags, dags.workspace_dag)
+
+
+def test_pre_merge_hook_rejection_is_its_own_error_and_keeps_evidence(
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    error = _merge_answers(412, dags, seeded, lakefence_controls)
     assert type(error).__name__ == "MergeHookRejectedError", repr(error)
     assert isinstance(error, PublishFenceError) and error.staging_branch
     assert "hook" in str(error) and "What to do:" in str(error)
@@ -458,13 +462,10 @@ def test_real_pre_merge_hook_rejection_names_the_hook_run(dags: Any, seeded: tup
 
 
 def test_merge_400_other_than_dirty_keeps_evidence(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.add_fault("mergeIntoBranch", status=400)
-    dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
-    assert dr.state == "failed"
-    error = failure(dags, dags.workspace_dag)
+    error = _merge_answers(400, dags, seeded, lakefence_controls)
     branch = getattr(error, "staging_branch", None)
     assert branch, repr(error)
     _assert_kept_as_evidence(repo, branch, type(error).__name__)
@@ -473,12 +474,12 @@ def test_merge_400_other_than_dirty_keeps_evidence(
 
 
 def test_evidence_marker_commit_is_retried(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     failpoints.arm("after_job", lambda: commit_files(repo, "main", {"other.txt": "x"}, "racer"))
     # The racer's commit is commit call 1, the stage commit 2, the first marker attempt 3.
-    lakefs_controls.add_fault("commit", nth=3, status=503)
+    lakefence_controls.add_fault("commit", nth=3, status=503)
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = failure(dags, dags.workspace_dag)
@@ -486,14 +487,14 @@ def test_evidence_marker_commit_is_retried(
     _assert_kept_as_evidence(repo, error.staging_branch, "PublishFenceError")
 
 
-def _refuse_merges_and_markers(lakefs_controls: Any, merges: int, markers: int) -> None:
+def _refuse_merges_and_markers(lakefence_controls: Any, merges: int, markers: int) -> None:
     """The first ``merges`` merges are refused (400: each try fails closed at publish time and keeps
     its staging branch); commit 1 is try 1's stage commit, the next ``markers`` commits fail (503):
     try 1's three marker tries, then try 2's three re-marking tries."""
     for nth in range(1, merges + 1):
-        lakefs_controls.add_fault("mergeIntoBranch", nth=nth, status=400)
+        lakefence_controls.add_fault("mergeIntoBranch", nth=nth, status=400)
     for nth in range(2, 2 + markers):
-        lakefs_controls.add_fault("commit", nth=nth, status=503)
+        lakefence_controls.add_fault("commit", nth=nth, status=503)
 
 
 def _assert_unmarked_stage_of_try_1(repo: lakefs.Repository, branch: str, input_commit: str) -> None:
@@ -505,13 +506,13 @@ def _assert_unmarked_stage_of_try_1(repo: lakefs.Repository, branch: str, input_
 
 
 def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # Try 1 fails closed and cannot mark its branch (recorded in the run state only); try 2 reaches
     # the clean-up of earlier tries, cannot re-mark it either, and fails closed too.
-    _refuse_merges_and_markers(lakefs_controls, merges=2, markers=6)
-    lakefs_controls.reset_counts()
+    _refuse_merges_and_markers(lakefence_controls, merges=2, markers=6)
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed" and ti_state(dr, "publish") == ("failed", 2)
     first = failure(dags, dags.workspace_retry_dag, 1)
@@ -519,8 +520,8 @@ def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
     assert type(first) is PublishFenceError and type(second) is PublishFenceError, (first, second)
     assert first.staging_branch and second.staging_branch and first.staging_branch != second.staging_branch
     # Every fault fired: try 2 listed the earlier tries' branches and tried to re-mark try 1's.
-    assert lakefs_controls.faults() == []
-    assert lakefs_controls.counts()["listBranches"] == 1
+    assert lakefence_controls.faults() == []
+    assert lakefence_controls.counts()["listBranches"] == 1
     recorded = {item["branch"] for item in task_state(dr)["lakefence.evidence"]}
     assert recorded == {first.staging_branch, second.staging_branch}
     # Try 1's branch survived try 2's clean-up, unmarked, with what try 1 staged.
@@ -536,15 +537,15 @@ def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
 
 
 def test_a_retry_re_marks_evidence_recorded_only_in_the_run_state(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # Try 1 fails closed and cannot mark its branch; try 2 spares it, re-marks it, and publishes.
-    _refuse_merges_and_markers(lakefs_controls, merges=1, markers=3)
+    _refuse_merges_and_markers(lakefence_controls, merges=1, markers=3)
     dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert ti_state(dr, "publish") == ("success", 2)
-    assert lakefs_controls.faults() == []
+    assert lakefence_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
     assert type(first) is PublishFenceError and first.staging_branch
     assert [item["branch"] for item in task_state(dr)["lakefence.evidence"]] == [first.staging_branch]
@@ -571,10 +572,10 @@ def test_a_retry_re_marks_evidence_recorded_only_in_the_run_state(
 _OUTSIDE_ON_TRY_1 = {"files": {f"{PREFIX}ok.txt": "1"}, "first_try_files": {"elsewhere/bad.txt": "2"}}
 
 
-def _fail_commits(lakefs_controls: Any, first: int, count: int) -> None:
+def _fail_commits(lakefence_controls: Any, first: int, count: int) -> None:
     """Commits ``first`` .. ``first + count - 1`` (from now on) fail with 503."""
     for nth in range(first, first + count):
-        lakefs_controls.add_fault("commit", nth=nth, status=503)
+        lakefence_controls.add_fault("commit", nth=nth, status=503)
 
 
 def _clean(dags: Any, repo: lakefs.Repository) -> dict[str, dict[str, Any]]:
@@ -586,7 +587,7 @@ def _clean(dags: Any, repo: lakefs.Repository) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("input_kind", ["plain_commit", "publication"])
 def test_a_retry_re_marks_unstaged_evidence_as_the_attempt_that_kept_it(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, input_kind: str
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, input_kind: str
 ) -> None:
     repo, input_commit = seeded
     if input_kind == "publication":
@@ -600,12 +601,12 @@ def test_a_retry_re_marks_unstaged_evidence_as_the_attempt_that_kept_it(
         assert decode_metadata(repo.ref(input_commit).get_commit().metadata) is not None
     # Try 1 uploads, fails closed before staging (OutputPrefixError) and cannot mark its branch: it is
     # kept with HEAD still at the input and the uploads uncommitted. Try 2 re-marks it and publishes.
-    _fail_commits(lakefs_controls, 1, 3)
+    _fail_commits(lakefence_controls, 1, 3)
     dr = run_dag(
         dags.workspace_retry_dag, publish_conf(repo, input_commit, _OUTSIDE_ON_TRY_1, output_prefixes=[PREFIX])
     )
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
-    assert lakefs_controls.faults() == []
+    assert lakefence_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
     assert isinstance(first, exceptions.OutputPrefixError) and first.staging_branch
     kept = first.staging_branch
@@ -628,22 +629,22 @@ def test_a_retry_re_marks_unstaged_evidence_as_the_attempt_that_kept_it(
 
 @pytest.mark.parametrize("when", ["at_publish", "before_staging"])
 def test_evidence_no_try_could_mark_is_kept_by_the_cleaner_after_a_retry_succeeded(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, when: str
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, when: str
 ) -> None:
     repo, input_commit = seeded
     if when == "at_publish":
         # Try 1 stages, is refused at publish time (400) and cannot mark its staged branch.
-        _refuse_merges_and_markers(lakefs_controls, merges=1, markers=6)
+        _refuse_merges_and_markers(lakefence_controls, merges=1, markers=6)
         job, prefixes, path, text = {"files": {"out/a.txt": "A"}}, None, "out/a.txt", "A"
     else:
         # Try 1 fails closed before staging (its uploads stay uncommitted) and cannot mark its branch.
-        _fail_commits(lakefs_controls, 1, 6)
+        _fail_commits(lakefence_controls, 1, 6)
         job, prefixes, path, text = _OUTSIDE_ON_TRY_1, [PREFIX], "elsewhere/bad.txt", "2"
     # Try 2 cannot re-mark it either (three more 503s), then publishes: the task instance succeeds.
     dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, input_commit, job, output_prefixes=prefixes))
     assert dr.state == "success", failure(dags, dags.workspace_retry_dag, 2)
     assert ti_state(dr, "publish") == ("success", 2)
-    assert lakefs_controls.faults() == []
+    assert lakefence_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
     assert isinstance(first, PublishFenceError) and first.staging_branch
     kept, error = first.staging_branch, type(first).__name__
@@ -658,14 +659,14 @@ def test_evidence_no_try_could_mark_is_kept_by_the_cleaner_after_a_retry_succeed
 
 
 def test_unstaged_evidence_no_try_could_mark_is_kept_by_the_cleaner(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # No retry: try 1 fails closed before staging and cannot mark its branch; the task instance fails.
-    _fail_commits(lakefs_controls, 1, 3)
+    _fail_commits(lakefence_controls, 1, 3)
     job = {"files": {f"{PREFIX}ok.txt": "1", "elsewhere/bad.txt": "2"}}
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, job, output_prefixes=[PREFIX]))
-    assert dr.state == "failed" and lakefs_controls.faults() == []
+    assert dr.state == "failed" and lakefence_controls.faults() == []
     error = failure(dags, dags.workspace_dag)
     assert isinstance(error, exceptions.OutputPrefixError) and error.staging_branch
     kept = error.staging_branch
@@ -730,9 +731,9 @@ def test_really_abandoned_publication_still_alerts(dags: Any, seeded: tuple[lake
 
 
 @pytest.fixture
-def asset_repo13(lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Any) -> Any:
-    repo = lakefs.Repository("lakefence-i13-assets", client=lakefs_client)
-    repo.create(storage_namespace=f"{lakefs_server.storage_namespace}/i13-{tmp_path.name}", default_branch="main")
+def asset_repo13(lakefence_client: lakefs.Client, lakefence_server: Any, tmp_path: Any) -> Any:
+    repo = lakefs.Repository("lakefence-i13-assets", client=lakefence_client)
+    repo.create(storage_namespace=f"{lakefence_server.storage_namespace}/i13-{tmp_path.name}", default_branch="main")
     try:
         yield repo, commit_files(repo, "main", {"in/data.txt": "input"}, "seed input")
     finally:
@@ -801,11 +802,11 @@ def test_message_target_moved_since_the_input_was_pinned(dags: Any, seeded: tupl
 
 
 def test_second_mapped_instance_fails_before_its_job(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_server: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_server: Any
 ) -> None:
     repo, input_commit = seeded
-    if lakefs_server.controls is not None:
-        lakefs_server.controls.reset_counts()
+    if lakefence_server.controls is not None:
+        lakefence_server.controls.reset_counts()
     jobs = [{"files": {"out/m0.txt": "0"}}, {"files": {"out/m1.txt": "1"}}]
     dr = run_dag(dags.mapped_dag, {"repository": repo.id, "target": "main", "input_ref": input_commit, "jobs": jobs})
     assert dr.state == "failed"
@@ -817,8 +818,8 @@ def test_second_mapped_instance_fails_before_its_job(
     assert not isinstance(error, exceptions.SparkJobError)
     published = objects(repo, "main", "out/")
     assert len(published) == 1 and published != [f"out/m{map_index}.txt"]
-    if lakefs_server.controls is not None:  # the failing instance's job never ran: one upload in all
-        assert lakefs_server.controls.counts().get("uploadObject") == 1
+    if lakefence_server.controls is not None:  # the failing instance's job never ran: one upload in all
+        assert lakefence_server.controls.counts().get("uploadObject") == 1
 
 
 # -- 8. the cleaning of earlier tries ---------------------------------------------------------------
@@ -841,7 +842,7 @@ def test_retry_never_deletes_a_newer_tries_branch(dags: Any, seeded: tuple[lakef
 
 
 def test_failed_cleanup_delete_never_fails_the_attempt(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     died: list[int] = []
@@ -849,8 +850,8 @@ def test_failed_cleanup_delete_never_fails_the_attempt(
     def die_once() -> None:
         if not died:
             died.append(1)
-            lakefs_controls.add_fault("deleteBranch", nth=1, status=500)  # try 1's own delete
-            lakefs_controls.add_fault("deleteBranch", nth=2, status=500)  # try 2's clean-up of it
+            lakefence_controls.add_fault("deleteBranch", nth=1, status=500)  # try 1's own delete
+            lakefence_controls.add_fault("deleteBranch", nth=2, status=500)  # try 2's clean-up of it
             raise RuntimeError("try 1 dies")
 
     failpoints.arm("after_job", die_once)

@@ -29,33 +29,33 @@ def test_provider_is_registered_with_airflow() -> None:
 
 
 @pytest.mark.usefixtures("airflow_db", "lakefs_conn")
-def test_spark_failure_publishes_nothing_and_cleans_up(lakefs_repo: lakefs.Repository) -> None:
+def test_spark_failure_publishes_nothing_and_cleans_up(lakefence_repo: lakefs.Repository) -> None:
     dags: Any = load_dag_module("testdags/fenced_test_dags.py")
     dags.FAILURES.clear()
-    input_commit = commit_files(lakefs_repo, "main", {"in.txt": "x"}, "seed")
+    input_commit = commit_files(lakefence_repo, "main", {"in.txt": "x"}, "seed")
     job = {"files": {"out/a.txt": "A"}, "fail": True}
     dr = run_dag(
-        dags.workspace_dag, {"repository": lakefs_repo.id, "target": "main", "input_ref": input_commit, "job": job}
+        dags.workspace_dag, {"repository": lakefence_repo.id, "target": "main", "input_ref": input_commit, "job": job}
     )
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, SparkJobError) and "Error code is: 3" in str(error)
-    assert lakefs_repo.branch("main").get_commit().id == input_commit
-    assert staging_branches(lakefs_repo) == []
+    assert lakefence_repo.branch("main").get_commit().id == input_commit
+    assert staging_branches(lakefence_repo) == []
 
 
 @pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 def test_missing_spark_connection_does_not_fall_back_to_yarn(
-    lakefs_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
+    lakefence_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dags: Any = load_dag_module("testdags/fenced_test_dags.py")
     dags.FAILURES.clear()
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_LOCAL")
-    input_commit = lakefs_repo.branch("main").get_commit().id
+    input_commit = lakefence_repo.branch("main").get_commit().id
     dr = run_dag(
-        dags.workspace_dag, {"repository": lakefs_repo.id, "target": "main", "input_ref": input_commit, "job": {}}
+        dags.workspace_dag, {"repository": lakefence_repo.id, "target": "main", "input_ref": input_commit, "job": {}}
     )
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, InvalidInputError) and "spark_local" in str(error)
-    assert [b.id for b in lakefs_repo.branches(show_hidden=True)] == ["main"]
+    assert [b.id for b in lakefence_repo.branches(show_hidden=True)] == ["main"]

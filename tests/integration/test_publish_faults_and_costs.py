@@ -16,14 +16,14 @@ pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoi
 
 
 def test_merge_answer_lost_is_not_repeated(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
-    lakefs_controls.add_fault("mergeIntoBranch", drop=True, when="after")
+    lakefence_controls.reset_counts()
+    lakefence_controls.add_fault("mergeIntoBranch", drop=True, when="after")
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
-    assert lakefs_controls.counts()["mergeIntoBranch"] == 1
+    assert lakefence_controls.counts()["mergeIntoBranch"] == 1
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "publish")
     assert values["decision"] == "idempotent" and values["output_ref"] == head.id
@@ -33,41 +33,41 @@ def test_merge_answer_lost_is_not_repeated(
 
 
 def test_merge_refused_with_503_is_re_evaluated_then_merged_once(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
-    lakefs_controls.add_fault("mergeIntoBranch", status=503, when="before")
+    lakefence_controls.reset_counts()
+    lakefence_controls.add_fault("mergeIntoBranch", status=503, when="before")
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
-    assert lakefs_controls.counts()["mergeIntoBranch"] == 2
+    assert lakefence_controls.counts()["mergeIntoBranch"] == 2
     assert xcoms(dr, "publish")["decision"] == "merge"
     assert len(publications_on_top_of(repo, input_commit)) == 1
     assert read_text(repo, "main", "out/a.txt") == "A"
 
 
 def test_transient_read_failures_are_retried(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.add_fault("getCommit", status=503)
-    lakefs_controls.add_fault("getCommit", nth=3, drop=True)
+    lakefence_controls.add_fault("getCommit", status=503)
+    lakefence_controls.add_fault("getCommit", nth=3, drop=True)
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "success"
     assert read_text(repo, "main", "out/a.txt") == "A"
 
 
 def test_lakefs_down_is_a_clear_error_and_nothing_is_published(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     for nth in range(1, 11):  # more than the read retries
-        lakefs_controls.add_fault("getCommit", nth=nth, status=503)
+        lakefence_controls.add_fault("getCommit", nth=nth, status=503)
     dr = run_dag(dags.workspace_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A"}}))
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, LakeFSUnavailableError) and error.status == 503 and error.operation == "get_commit"
-    lakefs_controls.clear_faults()
+    lakefence_controls.clear_faults()
     assert repo.branch("main").get_commit().id == input_commit
     assert staging_branches(repo) == []
 
@@ -76,18 +76,18 @@ def test_lakefs_down_is_a_clear_error_and_nothing_is_published(
 # through its uncounted back door; this direct-mode check only needs to see that history adds nothing.
 @pytest.mark.parametrize("history", [1, 100])
 def test_call_counts_of_a_direct_merge_publish(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, history: int
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, history: int
 ) -> None:
     repo, _ = seeded
     for n in range(history - 1):
         repo.branch("main").commit(f"history {n}", allow_empty=True)
     input_commit = repo.branch("main").get_commit().id
     before: dict[str, int] = {}
-    failpoints.arm("after_job", lambda: before.update(lakefs_controls.counts()))
-    lakefs_controls.reset_counts()
+    failpoints.arm("after_job", lambda: before.update(lakefence_controls.counts()))
+    lakefence_controls.reset_counts()
     dr = run_dag(dags.direct_dag, publish_conf(repo, input_commit, {"files": {"out/a.txt": "A", "out/b.txt": "B"}}))
     assert dr.state == "success"
-    total = {k: v for k, v in lakefs_controls.counts().items() if k != "uploadObject"}  # the job's own writes
+    total = {k: v for k, v in lakefence_controls.counts().items() if k != "uploadObject"}  # the job's own writes
     before.pop("uploadObject", None)
     after = {k: v - before.get(k, 0) for k, v in total.items() if v - before.get(k, 0)}
     assert before == {"getCommit": 1, "createBranch": 1}

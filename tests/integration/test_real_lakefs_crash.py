@@ -18,7 +18,7 @@ import pytest
 
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.testing.lakefs_server.controls import Call
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.integration.helpers import publications_on_top_of, read_text, run_dag, staging_branches, ti_state, xcoms
 
 pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
@@ -26,19 +26,17 @@ pytestmark = [pytest.mark.real_lakefs, pytest.mark.usefixtures("airflow_db", "la
 
 @pytest.fixture
 def crash_dags() -> Any:
-    module = load_dag_module("testdags/real_lakefs_dags.py")
-    module.FAILURES.clear()
-    module.ON_RETRY.clear()
+    module = fresh_dag_module("testdags/real_lakefs_dags.py", "FAILURES", "ON_RETRY")
     yield module
     module.ON_RETRY.clear()
 
 
 @pytest.fixture
-def real(lakefs_server: Any) -> Any:
+def real(lakefence_server: Any) -> Any:
     """The launched real lakeFS (it can be killed and restarted)."""
-    if lakefs_server.server is None or not hasattr(lakefs_server.server, "restart"):
+    if lakefence_server.server is None or not hasattr(lakefence_server.server, "restart"):
         pytest.skip("needs the real lakeFS this session launched (not an external one): it is killed")
-    return lakefs_server.server
+    return lakefence_server.server
 
 
 def _assert_published_once(repo: lakefs.Repository, input_commit: str, dag_run: Any) -> dict[str, Any]:
@@ -78,7 +76,7 @@ def _conf(repo: lakefs.Repository, input_commit: str) -> dict[str, Any]:
 def test_kill_9_mid_publish(
     crash_dags: Any,
     seeded: tuple[lakefs.Repository, str],
-    lakefs_controls: Any,
+    lakefence_controls: Any,
     real: Any,
     operation: str,
     restart: str,
@@ -103,7 +101,7 @@ def test_kill_9_mid_publish(
 
     crash_dags.ON_RETRY.append(restart_for_retry)
     # The answer never comes: the process that would have sent it is gone.
-    lakefs_controls.add_fault(operation, when="after", drop=True, hook=crash)
+    lakefence_controls.add_fault(operation, when="after", drop=True, hook=crash)
     try:
         dag_run = run_dag(crash_dags.crash_dag, _conf(repo, input_commit))
     finally:
@@ -120,10 +118,10 @@ def test_kill_9_mid_publish(
     assert record is not None and record.attempt.try_number == (2 if restart == "on_retry" else 1)
 
 
-def test_acknowledged_writes_survive_kill_9(lakefs_repo: lakefs.Repository, real: Any) -> None:
-    main = lakefs_repo.branch("main")
+def test_acknowledged_writes_survive_kill_9(lakefence_repo: lakefs.Repository, real: Any) -> None:
+    main = lakefence_repo.branch("main")
     main.object("x.txt").upload("x")
     commit = main.commit("before the crash").get_commit()
     real.restart()
     assert main.get_commit().id == commit.id
-    assert read_text(lakefs_repo, commit.id, "x.txt") == "x"
+    assert read_text(lakefence_repo, commit.id, "x.txt") == "x"

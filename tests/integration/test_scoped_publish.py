@@ -2,7 +2,7 @@
 
 Every scenario runs the real :class:`~airflow_lakefence.core.engine.PublishEngine` with a stand-in
 attempt fence, against lakeFS over HTTP through the real adapter (the local server and real lakeFS,
-per ``--lakefs-backend``); the sequential ones also against the in-memory lakeFS. Concurrent
+per ``--lakefs-backend``). Concurrent
 publications run in threads, each with its own adapter, started together at a barrier. Outcomes are
 asserted on the target's objects, its commits and the branches left behind.
 """
@@ -10,7 +10,7 @@ asserted on the target's objects, its commits and the branches left behind.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -30,20 +30,21 @@ from airflow_lakefence.exceptions import (
     ScopeOverlapError,
 )
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.triggers.probes import probe_abandoned
-from tests.conftest import load_dag_module
-from tests.fakes.memory_lakefs import LossyPort
+from tests.conftest import fresh_dag_module
+from tests.integration import test_engine
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,
+    python_task,
     read_text,
     run_dag,
     run_together,
     staging_branches,
     xcoms,
 )
-from tests.integration.test_engine import LakeFSWorld, MemoryWorld, Reported, StandInFence, World
+from tests.integration.lossy_port import LossyPort
+from tests.integration.test_engine import Reported, StandInFence, World, adapter
 
 pytestmark = pytest.mark.scoped
 
@@ -67,32 +68,7 @@ def crash() -> None:
     raise Crash
 
 
-@pytest.fixture(params=["memory", "lakefs"])
-def world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[World]:
-    if request.param == "memory":
-        yield MemoryWorld()
-    else:
-        yield _lakefs_world(request)
-    failpoints.disarm_all()
-
-
-@pytest.fixture
-def http_world(request: pytest.FixtureRequest, lakefs_backend: str) -> Iterator[LakeFSWorld]:
-    """Only lakeFS over HTTP: concurrent publications and the hard fence (the memory lakeFS runs no hook)."""
-    yield _lakefs_world(request)
-    failpoints.disarm_all()
-
-
-def _lakefs_world(request: pytest.FixtureRequest) -> LakeFSWorld:
-    repo = request.getfixturevalue("lakefs_repo")
-    server = request.getfixturevalue("lakefs_server")
-    world = LakeFSWorld(repo, _adapter(server))
-    world.server = server  # type: ignore[attr-defined]
-    return world
-
-
-def _adapter(server: Any) -> LakeFSClient:
-    return LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key)
+world = test_engine.world  # the fixture: a new repository on the session's lakeFS
 
 
 def publish(
@@ -137,7 +113,7 @@ def under(world: World, prefix: str, ref: str = "main") -> dict[str, str]:
     return {path: text for path, text in world.tree(ref).items() if path.startswith(prefix)}
 
 
-def fenced_input(world: LakeFSWorld) -> str:
+def fenced_input(world: World) -> str:
     """Install the hard fence (v2) on ``main``; return the new HEAD (the input carrying it)."""
     forget_checks()
     result = install_hard_fence(world.client, world.repository, "main")
@@ -201,14 +177,13 @@ def test_the_branch_mode_still_refuses_a_moved_target(world: World) -> None:
 
 
 @pytest.mark.parametrize("fence", ["soft", "hard"])
-def test_eight_disjoint_publications_started_together_all_land(http_world: LakeFSWorld, fence: str) -> None:
-    world = http_world
+def test_eight_disjoint_publications_started_together_all_land(world: World, fence: str) -> None:
     base = fenced_input(world) if fence == "hard" else world.input
     days = range(1, 9)
 
     def one(n: int) -> Callable[[], Any]:
         def call() -> Any:
-            port = LossyPort(_adapter(world.server))  # type: ignore[attr-defined]
+            port = LossyPort(adapter(world.server))
             attempt = AttemptId(key(n), 1, f"ti-{n}")
             files = {day(n) + "part-0": f"day {n}", day(n) + "part-1": f"day {n} again"}
             return publish(world, attempt, files, [day(n)], input_ref=base, port=port, hard_fence=_mode(fence))
@@ -233,14 +208,13 @@ def _mode(fence: str) -> str:
 
 
 @pytest.mark.parametrize("fence", ["soft", "hard"])
-def test_overlapping_scopes_started_together_exactly_one_lands(http_world: LakeFSWorld, fence: str) -> None:
+def test_overlapping_scopes_started_together_exactly_one_lands(world: World, fence: str) -> None:
     """Four writers of one partition (one file name, as a rerun of one date writes): one lands, three fail closed."""
-    world = http_world
     base = fenced_input(world) if fence == "hard" else world.input
 
     def one(n: int) -> Callable[[], Any]:
         def call() -> Any:
-            port = LossyPort(_adapter(world.server))  # type: ignore[attr-defined]
+            port = LossyPort(adapter(world.server))
             attempt = AttemptId(key(1, f"writer{n}"), 1, f"ti-{n}")
             return publish(
                 world,
@@ -270,7 +244,7 @@ def test_overlapping_scopes_started_together_exactly_one_lands(http_world: LakeF
     ("fence", "window"), [("soft", "released"), ("soft", "held"), ("hard", "released")], ids=lambda v: str(v)
 )
 def test_three_writers_of_one_partition_with_their_own_file_names_exactly_one_output_lands(
-    http_world: LakeFSWorld, fence: str, window: str
+    world: World, fence: str, window: str
 ) -> None:
     """Three runs writing one date partition with per-run file names (Spark's part-<uuid>), so their
     merges never conflict. ``released``: started together; ``held``: all three held after their scan
@@ -278,7 +252,6 @@ def test_three_writers_of_one_partition_with_their_own_file_names_exactly_one_ou
     window, forced). Exactly one run's files end in the partition; the others fail closed with
     ScopeOverlapError and keep their staging branches; the latest commit under the partition stands
     for the winner (what the sensor judges)."""
-    world = http_world
     base = fenced_input(world) if fence == "hard" else world.input
     if window == "held":
         scanned = threading.Barrier(3, timeout=60)
@@ -286,7 +259,7 @@ def test_three_writers_of_one_partition_with_their_own_file_names_exactly_one_ou
 
     def one(n: int) -> Callable[[], Any]:
         def call() -> Any:
-            port = LossyPort(_adapter(world.server))  # type: ignore[attr-defined]
+            port = LossyPort(adapter(world.server))
             attempt = AttemptId(key(1, f"run{n}"), 1, f"ti-{n}")
             files = {day(1) + f"part-{n}-a": f"run {n}", day(1) + f"part-{n}-b": f"run {n}"}
             return publish(world, attempt, files, [day(1)], input_ref=base, port=port, hard_fence=_mode(fence))
@@ -439,10 +412,9 @@ def test_a_write_by_another_key_into_the_write_set_fails_closed(world: World) ->
     assert world.head().id == foreign
 
 
-def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(http_world: LakeFSWorld) -> None:
+def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(world: World) -> None:
     from airflow_lakefence.core import hardfence as hf
 
-    world = http_world
     forget_checks()
     v1 = world.write("main", {hf.ACTION_PATH: hf.render_action(1)}, "install the hard fence v1")
     world.write("main", {day(2) + "part-0": "two"}, "another writer")
@@ -459,9 +431,7 @@ def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(http_world
 
 @pytest.fixture
 def scoped_dags(airflow_db: Any, lakefs_conn: Any, clean_failpoints: Any) -> Any:
-    module = load_dag_module("testdags/scoped_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_dags.py")
 
 
 def _conf(repo: Any, input_ref: str, n: int, files: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -518,37 +488,12 @@ def test_operator_retry_replaces_its_crashed_publication_under_another(scoped_da
 
 
 def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
-    from airflow_lakefence.operators import FencedPythonPublishOperator
-
     with pytest.raises(InvalidInputError, match="needs output_prefixes"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="lake",
-            target_branch="main",
-            input_ref="main",
-            fence_scope="prefixes",
-        )
+        python_task(fence_scope="prefixes")
     with pytest.raises(InvalidInputError, match="overlap"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="lake",
-            target_branch="main",
-            input_ref="main",
-            fence_scope="prefixes",
-            output_prefixes=["a/"],
-            input_prefixes=["d/", "d/e/"],
-        )
+        python_task(fence_scope="prefixes", output_prefixes=["a/"], input_prefixes=["d/", "d/e/"])
     with pytest.raises(InvalidInputError, match="branch-wide"):
-        FencedPythonPublishOperator(
-            task_id="t",
-            python_callable=print,
-            repository="lake",
-            target_branch="main",
-            input_ref="main",
-            input_prefixes=["d/"],
-        )
+        python_task(input_prefixes=["d/"])
     # Rendered per run: refused before any write.
     repo, input_commit = seeded
     run = run_dag(scoped_dags.nested_dag, _conf(repo, input_commit, 1, {}) | {"also": "tables/t/"})
@@ -558,11 +503,10 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
     assert repo.branch("main").get_commit().id == input_commit and staging_branches(repo) == []
 
 
-def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(http_world: LakeFSWorld) -> None:
+def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(world: World) -> None:
     from airflow_lakefence.core import hardfence as hf
     from airflow_lakefence.exceptions import HardFenceMissingError
 
-    world = http_world
     forget_checks()
     v1 = world.write("main", {hf.ACTION_PATH: hf.render_action(1)}, "install the hard fence v1")
     ran: list[bool] = []
@@ -580,7 +524,7 @@ def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(ht
     assert ran == [] and world.head().id == v1 and world.branches() == []
 
 
-# -- the calls of each scoped path (the port's operations, in-memory lakeFS) -------------------
+# -- the calls of each scoped path (the port's operations, counted by the LossyPort) -----------
 
 #: Every attempt: the target's HEAD (step 1), the staging branch, the stage commit, the listing of
 #: what the input holds under the write set (output_mode="replace"), the workspace's upload.
@@ -634,45 +578,67 @@ def _calls(world: World, run: Callable[[], Any]) -> tuple[str, dict[str, int]]:
     return outcome, {k: v for k, v in world.port.calls.items() if v}
 
 
-def test_the_calls_of_each_scoped_path() -> None:
-    measured: dict[str, tuple[str, dict[str, int]]] = {}
-    w = MemoryWorld()
+def _merge_path(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     w.write("main", {day(2) + "x": "o"})
-    measured["merge"] = _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)]))
-    w = MemoryWorld()
+    return {"merge": _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)]))}
+
+
+def _noop_path(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     w.write("main", {day(2) + "x": "o"})
-    measured["noop"] = _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {}, [day(1)], allow_empty=True))
-    w = MemoryWorld()
+    return {"noop": _calls(w, lambda: publish(w, AttemptId(key(1), 1, "a"), {}, [day(1)], allow_empty=True))}
+
+
+def _fail_closed_read_path(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     w.input = w.write("main", {DIMS + "v": "1"})
     w.write("main", {DIMS + "v": "2"})
-    measured["fail_closed_read"] = _calls(
-        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], input_prefixes=[DIMS])
-    )
-    w = MemoryWorld()
+    return {
+        "fail_closed_read": _calls(
+            w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], input_prefixes=[DIMS])
+        )
+    }
+
+
+def _fail_closed_write_path(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     w.write("main", {day(1) + "q": "o"})
-    measured["fail_closed_write"] = _calls(
-        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)])
-    )
-    w = MemoryWorld()
+    run = lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)])  # noqa: E731
+    return {"fail_closed_write": _calls(w, run)}
+
+
+def _replace_and_relocate_paths(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     failpoints.arm("after_verify", crash)
     with pytest.raises(Crash):
         publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)])
     failpoints.disarm_all()
     w.write("main", {day(2) + "x": "o"})
-    measured["replace"] = _calls(w, lambda: publish(w, AttemptId(key(1), 2, "b"), {day(1) + "p": "2"}, [day(1)]))
-    measured["relocate"] = _calls(w, lambda: publish(w, AttemptId(key(1), 3, "c"), {}, [day(1)], allow_empty=True))
-    w = MemoryWorld()
+    return {
+        "replace": _calls(w, lambda: publish(w, AttemptId(key(1), 2, "b"), {day(1) + "p": "2"}, [day(1)])),
+        "relocate": _calls(w, lambda: publish(w, AttemptId(key(1), 3, "c"), {}, [day(1)], allow_empty=True)),
+    }
+
+
+def _idempotent_path(w: World) -> dict[str, tuple[str, dict[str, int]]]:
     port = w.port
     port.lose("merge", landed=True)
     port.before["merge"] = lambda: port.before.__setitem__("log_commits", lambda: w.write("main", {day(2) + "x": "o"}))
-    measured["idempotent"] = _calls(
-        w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], port=port)
-    )
+    return {
+        "idempotent": _calls(
+            w, lambda: publish(w, AttemptId(key(1), 1, "a"), {day(1) + "p": "1"}, [day(1)], port=port)
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [_merge_path, _noop_path, _fail_closed_read_path, _fail_closed_write_path, _replace_and_relocate_paths,
+     _idempotent_path],
+)
+def test_the_calls_of_each_scoped_path(world: World, paths: Callable[[World], dict[str, Any]]) -> None:
+    measured = paths(world)
     expected = {
         path: ("ScopeOverlapError" if path.startswith("fail") else path, {k: v for k, v in calls.items() if v})
         for path, calls in SCOPED_PATH_CALLS.items()
     }
-    assert measured == expected
+    assert measured == {path: expected[path] for path in measured}
 
 
 def test_soft_fence_a_writer_slipping_into_the_scope_before_the_merge_is_taken_back_after_it(world: World) -> None:
@@ -708,8 +674,7 @@ def test_a_take_back_whose_answer_is_lost_is_never_sent_twice(world: World, land
     assert RACE_REVERT_KEY in world.head().metadata
 
 
-def test_hard_fence_a_writer_slipping_into_the_scope_before_the_merge_is_refused(http_world: LakeFSWorld) -> None:
-    world = http_world
+def test_hard_fence_a_writer_slipping_into_the_scope_before_the_merge_is_refused(world: World) -> None:
     base = fenced_input(world)
     slipped: list[str] = []
     world.port.before["merge"] = lambda: slipped.append(world.write("main", {day(1) + "theirs": "t"}, "slipped in"))

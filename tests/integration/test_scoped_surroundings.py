@@ -26,7 +26,7 @@ from airflow_lakefence import failpoints
 from airflow_lakefence.core.metadata import OUTPUT_PREFIXES_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
 from airflow_lakefence.exceptions import LakeFSUnavailableError, PublishFenceError
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER, fresh_dag_module
 from tests.integration.helpers import commit_files, die_after_publishing, run_dag, xcoms
 from tests.integration.sensor_helpers import after, sensor_waits, waited_how
 
@@ -41,16 +41,12 @@ def day(n: int) -> str:
 
 @pytest.fixture
 def scoped_dags() -> Any:
-    module = load_dag_module("testdags/scoped_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_dags.py")
 
 
 @pytest.fixture
 def around() -> Any:
-    module = load_dag_module("testdags/scoped_surroundings_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/scoped_surroundings_dags.py")
 
 
 def conf(repo: lakefs.Repository, input_ref: str, n: int, files: dict[str, str] | None = None) -> dict[str, Any]:
@@ -71,7 +67,7 @@ def sense(dag: Any, repo: lakefs.Repository, n: int, publisher: str) -> tuple[An
 
 
 def test_an_abandoned_scoped_publication_is_found_under_other_writers(
-    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # Day 1 (@task.lakefs_publish, no retries) publishes and its worker dies: the task instance fails.
@@ -92,7 +88,7 @@ def test_an_abandoned_scoped_publication_is_found_under_other_writers(
     assert repo.branch("main").get_commit().id == foreign
 
     # The scoped detector finds day 1's publication below them: one log call, nothing else.
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     run, found = sense(around.detect_dag, repo, 1, "lf_scoped_decorated")
     assert run.state == "success"
     assert found["verdict"] == "abandoned" and found["state"] == "failed"
@@ -104,17 +100,17 @@ def test_an_abandoned_scoped_publication_is_found_under_other_writers(
         1,
     )
     assert found["output_prefixes"] == [day(1)] and found["input_ref"] == input_commit
-    assert lakefs_controls.counts() == {"logCommits": 1}
+    assert lakefence_controls.counts() == {"logCommits": 1}
 
     # The Spark publication of day 2 is settled, though a foreign commit lies on top of it: one log
     # call finds it, one get_commit ties its task instance's output_ref to it.
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     run, settled = sense(around.settled_dag, repo, 2, "lf_scoped_spark")
     assert run.state == "success"
     assert settled["verdict"] == "settled" and settled["state"] == "success"
     assert settled["head"] == spark_out["staged_commit"]
     assert settled["publication"] == settled["output_ref"] == spark_out["output_ref"]
-    assert lakefs_controls.counts() == {"logCommits": 1, "getCommit": 1}
+    assert lakefence_controls.counts() == {"logCommits": 1, "getCommit": 1}
 
     # The settled gate of day 1 does not pass while its publication is abandoned.
     run, _ = sense(around.settled_dag, repo, 1, "lf_scoped_decorated")
@@ -144,7 +140,7 @@ def test_the_cleaner_names_the_write_set_of_a_scoped_evidence_branch(
 
 
 def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_call(
-    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     # Day 1 (the Python operator, one retry): try 1 publishes and dies, another writer publishes on
@@ -163,9 +159,9 @@ def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_
         # Other writers' commits on top (other partitions): the judgement and its cost do not change.
         for i in range(depth):
             commit_files(repo, "main", {f"{TABLE}date=2027-01-{1 + i % 28:02d}/part-{i}": "x"}, f"writer {i}")
-        lakefs_controls.reset_counts()
+        lakefence_controls.reset_counts()
         gate, judged = sense(around.settled_dag, repo, 1, "lf_scoped_python")
-        counts.append(lakefs_controls.counts())
+        counts.append(lakefence_controls.counts())
         assert gate.state == "success"
         assert judged["verdict"] == "settled" and judged["try_number"] == 2 and judged["role"] == "stage"
         # The newest commit under day 1 is try 2's revert of try 1's staged commit (made after try 2
@@ -240,12 +236,12 @@ def test_the_deferred_detector_fires_when_a_settled_scoped_publication_is_abando
 
 
 @pytest.fixture
-def outlet_repo(lakefs_client: lakefs.Client, lakefs_server: Any, tmp_path: Path) -> Iterator[lakefs.Repository]:
+def outlet_repo(lakefence_client: lakefs.Client, lakefence_server: Any, tmp_path: Path) -> Iterator[lakefs.Repository]:
     # Asset URIs cannot be templated, so the repository name is fixed; kept for the session (real
     # lakeFS refuses to recreate a name it deleted moments ago).
-    repo = lakefs.Repository("lakefence-scoped", client=lakefs_client)
+    repo = lakefs.Repository("lakefence-scoped", client=lakefence_client)
     repo.create(
-        storage_namespace=f"{lakefs_server.storage_namespace}/scoped-{tmp_path.name}",
+        storage_namespace=f"{lakefence_server.storage_namespace}/scoped-{tmp_path.name}",
         default_branch="main",
         exist_ok=True,
     )

@@ -27,14 +27,14 @@ def abandoned_by_try_1(publishers: Any, repo: lakefs.Repository, input_commit: s
 
 
 def test_abandoned_publication_detected(
-    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     publish_run = abandoned_by_try_1(publishers, repo, input_commit)
     head = repo.branch("main").get_commit()
     assert head.parents[0] == input_commit  # the publication stayed
 
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(sensors.detect_dag, {"repository": repo.id})
     assert dr.state == "success"
     found = xcoms(dr, "sense")["return_value"]
@@ -45,20 +45,20 @@ def test_abandoned_publication_detected(
     assert found["input_ref"] == input_commit
     assert found["retry_pending"] is False and found["replacement_running"] is False
     # The first poke found it: one get_commit, no listing (the task instance is not running).
-    assert lakefs_controls.counts() == {"getCommit": 1}
+    assert lakefence_controls.counts() == {"getCommit": 1}
 
 
 def test_not_reported_while_the_publishing_try_runs_nor_after_it_succeeded(
-    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     seen: list[tuple[bool, dict[str, Any], bool, dict[str, int]]] = []
 
     def probe_while_running() -> None:
-        lakefs_controls.reset_counts()
+        lakefence_controls.reset_counts()
         detected, judgement = judge_now(repo.id, "detect")
         readable, _ = judge_now(repo.id, "settled")
-        seen.append((detected, judgement, readable, lakefs_controls.counts()))
+        seen.append((detected, judgement, readable, lakefence_controls.counts()))
 
     failpoints.arm("after_verify", probe_while_running)
     dr = run_dag(publishers.workspace_dag, publish_conf(repo, input_commit))
@@ -71,18 +71,18 @@ def test_not_reported_while_the_publishing_try_runs_nor_after_it_succeeded(
     assert counts == {"getCommit": 2, "listBranches": 2}
 
     # Succeeded with that output: settled (one get_commit, one XCom read), and never reported.
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     settled = run_dag(sensors.settled_dag, {"repository": repo.id})
     assert settled.state == "success"
     value = xcoms(settled, "sense")["return_value"]
     assert value["verdict"] == "settled" and value["output_ref"] == value["head"] == judgement["head"]
-    assert lakefs_controls.counts() == {"getCommit": 1}
+    assert lakefence_controls.counts() == {"getCommit": 1}
     not_found = run_dag(sensors.detect_briefly_dag, {"repository": repo.id})
     assert not_found.state == "failed"  # the detect sensor timed out: nothing abandoned
 
 
 def test_replacement_by_a_try_that_died_is_reported_again(
-    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     during_try_2: list[tuple[bool, dict[str, Any], bool]] = []
@@ -106,12 +106,12 @@ def test_replacement_by_a_try_that_died_is_reported_again(
 
     head = repo.branch("main").get_commit()
     assert head.parents == [input_commit]  # try 2 replaced (hard reset to its staged commit)
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     sensed = run_dag(sensors.detect_dag, {"repository": repo.id})
     found = xcoms(sensed, "sense")["return_value"]
     assert found["verdict"] == "abandoned" and found["head"] == head.id
     assert (found["try_number"], found["role"], found["state"]) == (2, "stage", "failed")
-    assert lakefs_controls.counts() == {"getCommit": 1}
+    assert lakefence_controls.counts() == {"getCommit": 1}
 
 
 def test_settled_blocks_then_passes_after_the_retry_succeeds(
@@ -183,34 +183,26 @@ def test_deferred_detect_fires_in_the_triggerer(
     assert waited_how(dr)["deferred"]
 
 
-def test_deferred_settled_fires_in_the_triggerer(
-    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]
+@pytest.mark.parametrize("mode", ["deferred", "rescheduled"])
+def test_settled_fires_deferred_in_the_triggerer_and_in_reschedule_mode(
+    publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], mode: str
 ) -> None:
     repo, input_commit = seeded
     abandoned_by_try_1(publishers, repo, input_commit)
     from airflow_lakefence.hooks.lakefs import LakeFSHook
 
     client = LakeFSHook().client
-    waiting = sensor_waits("lf_sense_settled_deferred", "deferred")
+    dag_id = "lf_sense_settled_deferred" if mode == "deferred" else "lf_sense_settled_reschedule"
+    dag = sensors.settled_deferred_dag if mode == "deferred" else sensors.settled_reschedule_dag
+    waiting = sensor_waits(dag_id, mode)
     with after(0.2, lambda: client.hard_reset(repo.id, "main", input_commit), once=waiting) as errors:
-        dr = run_dag(sensors.settled_deferred_dag, {"repository": repo.id})
+        dr = run_dag(dag, {"repository": repo.id})
     assert not errors
     assert dr.state == "success"
     value = xcoms(dr, "sense")["return_value"]
-    assert value["verdict"] == "not_a_publication" and value["head"] == input_commit
-    assert waited_how(dr)["deferred"]
-
-
-def test_settled_reschedule_mode(publishers: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
-    repo, input_commit = seeded
-    abandoned_by_try_1(publishers, repo, input_commit)
-    from airflow_lakefence.hooks.lakefs import LakeFSHook
-
-    client = LakeFSHook().client
-    waiting = sensor_waits("lf_sense_settled_reschedule", "rescheduled")
-    with after(0.2, lambda: client.hard_reset(repo.id, "main", input_commit), once=waiting) as errors:
-        dr = run_dag(sensors.settled_reschedule_dag, {"repository": repo.id})
-    assert not errors
-    assert dr.state == "success"
-    assert xcoms(dr, "sense")["return_value"]["head"] == input_commit
-    assert waited_how(dr)["reschedules"] >= 1
+    assert value["head"] == input_commit
+    if mode == "deferred":
+        assert value["verdict"] == "not_a_publication"
+        assert waited_how(dr)["deferred"]
+    else:
+        assert waited_how(dr)["reschedules"] >= 1

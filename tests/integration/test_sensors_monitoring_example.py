@@ -15,15 +15,17 @@ from tests.integration.helpers import commit_files, run_dag, staging_branches, t
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
 
-def test_monitoring_example_detects_alerts_and_cleans(lakefs_repo: lakefs.Repository, lakefs_controls: Any) -> None:
-    repo = lakefs_repo
+def test_monitoring_example_detects_alerts_and_cleans(
+    lakefence_repo: lakefs.Repository, lakefence_controls: Any
+) -> None:
+    repo = lakefence_repo
     publishers = load_dag_module("testdags/fenced_test_dags.py")
     input_commit = commit_files(repo, "main", {"in/data.txt": "input"}, "seed input")
     job = {"repository": repo.id, "target": "main", "input_ref": input_commit, "job": {"files": {"o/a": "A"}}}
 
     # A dead attempt's staged branch (its delete failed), then try 1 of another run publishes and dies.
     def die_leaving_branch() -> None:
-        lakefs_controls.add_fault("deleteBranch", status=500)
+        lakefence_controls.add_fault("deleteBranch", status=500)
         raise RuntimeError("worker died after staging")
 
     failpoints.arm("after_stage", die_leaving_branch)

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from airflow_lakefence.spark import lakefence_locations
 
@@ -42,6 +43,13 @@ def main() -> None:
         body = "x" * int(gen.get("size", 10))
         for n in range(int(gen["count"])):
             files[f"{gen['prefix']}part-{n:05d}.txt"] = body
+    write_output(loc, files)
+    print("JOB-DONE", loc.write_mode, len(files))
+
+
+def write_output(loc: Any, files: dict[str, str]) -> None:
+    """Write ``files`` where the attempt's output goes: the workspace, or (direct mode) the staging
+    branch through the lakefs SDK with the credentials the operator put in the environment."""
     if loc.write_mode == "workspace":
         for path, text in files.items():
             target = loc.output_path(path)
@@ -58,7 +66,6 @@ def main() -> None:
         branch = lakefs.Repository(loc.repository, client=client).branch(loc.staging_branch)
         for path, text in files.items():
             branch.object(path).upload(text.encode(), pre_sign=False)
-    print("JOB-DONE", loc.write_mode, len(files))
 
 
 if __name__ == "__main__":

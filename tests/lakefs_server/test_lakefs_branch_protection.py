@@ -36,31 +36,31 @@ def _status(call: Callable[[], Any]) -> tuple[int, str]:
     return 200, ""
 
 
-def test_rules_api_get_set_etag(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    api = lakefs_client.sdk_client.repositories_api
-    assert _rules(api, lakefs_repo) == ([], "")
+def test_rules_api_get_set_etag(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
+    api = lakefence_client.sdk_client.repositories_api
+    assert _rules(api, lakefence_repo) == ([], "")
     # A conditional update of rules never set fails, as in lakeFS's settings manager.
     stale = _status(lambda: api.set_branch_protection_rules(
-        lakefs_repo.id, [_rule("main")], if_match="0" * 64
+        lakefence_repo.id, [_rule("main")], if_match="0" * 64
     ))
     assert stale[0] == 412
     assert "Precondition failed" in stale[1]
-    api.set_branch_protection_rules(lakefs_repo.id, [_rule("main"), _rule("rel-?")])
-    patterns, etag = _rules(api, lakefs_repo)
+    api.set_branch_protection_rules(lakefence_repo.id, [_rule("main"), _rule("rel-?")])
+    patterns, etag = _rules(api, lakefence_repo)
     assert patterns == ["main", "rel-?"]
     assert etag
-    api.set_branch_protection_rules(lakefs_repo.id, [_rule("ma*")], if_match=etag)
-    patterns, second = _rules(api, lakefs_repo)
+    api.set_branch_protection_rules(lakefence_repo.id, [_rule("ma*")], if_match=etag)
+    patterns, second = _rules(api, lakefence_repo)
     assert patterns == ["ma*"]
     assert second != etag
     # The first ETag is stale now.
-    assert _status(lambda: api.set_branch_protection_rules(lakefs_repo.id, [], if_match=etag))[0] == 412
-    api.set_branch_protection_rules(lakefs_repo.id, [], if_match=second)
-    assert _rules(api, lakefs_repo) == ([], "")
+    assert _status(lambda: api.set_branch_protection_rules(lakefence_repo.id, [], if_match=etag))[0] == 412
+    api.set_branch_protection_rules(lakefence_repo.id, [], if_match=second)
+    assert _rules(api, lakefence_repo) == ([], "")
 
 
-def test_rules_api_validation(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    api = lakefs_client.sdk_client.repositories_api
+def test_rules_api_validation(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
+    api = lakefence_client.sdk_client.repositories_api
     client = api.api_client
     for body, fragment in (
         ([{"pattern": ""}], 'Error at \\"/0/pattern\\": minimum string length is 1'),
@@ -68,7 +68,7 @@ def test_rules_api_validation(lakefs_repo: lakefs.Repository, lakefs_client: lak
         ({"pattern": "x"}, "value must be an array"),
     ):
         status, text = _status(lambda body=body: client.call_api(
-            "/repositories/{repository}/settings/branch_protection", "PUT", {"repository": lakefs_repo.id},
+            "/repositories/{repository}/settings/branch_protection", "PUT", {"repository": lakefence_repo.id},
             header_params={"Content-Type": "application/json"}, body=body, auth_settings=["basic_auth"],
             response_types_map={}, _return_http_data_only=True,
         ))
@@ -78,31 +78,31 @@ def test_rules_api_validation(lakefs_repo: lakefs.Repository, lakefs_client: lak
 
 
 def test_protected_branch_refuses_writes_allows_merges(
-    lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client
+    lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client
 ) -> None:
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     main.object("a").upload(b"1")
     base = main.commit("base").get_commit()
-    dev = lakefs_repo.branch("dev").create(main)
+    dev = lakefence_repo.branch("dev").create(main)
     dev.object("b").upload(b"2")
     dev.commit("on dev")
-    sdk = lakefs_client.sdk_client
-    sdk.repositories_api.set_branch_protection_rules(lakefs_repo.id, [_rule("ma*")])
+    sdk = lakefence_client.sdk_client
+    sdk.repositories_api.set_branch_protection_rules(lakefence_repo.id, [_rule("ma*")])
 
     def probe() -> int:
         # Discarding changes of a path that has none: a no-op until the branch is protected.
         reset = lakefs_sdk.ResetCreation(type="object", path="no-such-path")
-        return _status(lambda: sdk.branches_api.reset_branch(lakefs_repo.id, "main", reset))[0]
+        return _status(lambda: sdk.branches_api.reset_branch(lakefence_repo.id, "main", reset))[0]
 
     deadline = time.monotonic() + ENFORCEMENT_DEADLINE
     while probe() != 403:
         # Real lakeFS reads the rules through a settings cache (about 3 s): wait for it, bounded.
         assert time.monotonic() < deadline, "the protection rules were never enforced"
         time.sleep(0.5)
-    upload = _status(lambda: sdk.objects_api.upload_object(lakefs_repo.id, "main", "x", content=b"1"))
+    upload = _status(lambda: sdk.objects_api.upload_object(lakefence_repo.id, "main", "x", content=b"1"))
     assert upload[0] == 403
     assert "cannot write to protected branch" in upload[1]
-    repo_id = lakefs_repo.id
+    repo_id = lakefence_repo.id
     refused = {
         "delete": _status(lambda: sdk.objects_api.delete_object(repo_id, "main", "a")),
         "reset": _status(
@@ -124,7 +124,7 @@ def test_protected_branch_refuses_writes_allows_merges(
     assert [(e.path, e.status_code) for e in batch.errors] == [("a", 403)]
     # Merges and reverts are allowed on a protected branch, as in lakeFS.
     merged = dev.merge_into(main)
-    assert lakefs_repo.commit(merged).get_commit().parents[0] == base.id
+    assert lakefence_repo.commit(merged).get_commit().parents[0] == base.id
     sdk.branches_api.revert_branch(repo_id, "main", lakefs_sdk.RevertCreation(ref=merged, parent_number=1))
     assert main.get_commit().parents == [merged]
     assert {o.path for o in main.objects()} == {"a"}
@@ -133,9 +133,9 @@ def test_protected_branch_refuses_writes_allows_merges(
 
 
 @pytest.mark.lakefs_local_only
-def test_local_server_enforces_at_once(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    sdk = lakefs_client.sdk_client
-    sdk.repositories_api.set_branch_protection_rules(lakefs_repo.id, [_rule("main")])
+def test_local_server_enforces_at_once(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
+    sdk = lakefence_client.sdk_client
+    sdk.repositories_api.set_branch_protection_rules(lakefence_repo.id, [_rule("main")])
     with pytest.raises(ApiException) as refused:
-        sdk.objects_api.upload_object(lakefs_repo.id, "main", "x", content=b"1")
+        sdk.objects_api.upload_object(lakefence_repo.id, "main", "x", content=b"1")
     assert refused.value.status == 403

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import threading
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
 
 import lakefs
 from lakefs.exceptions import BadRequestException, ServerException
@@ -38,48 +39,31 @@ def _check_main(repo: lakefs.Repository, merges: list[str], expected_paths: set[
         assert newer.parents[0] == older.id
 
 
-def test_parallel_publishes_from_threads(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
-    workers, rounds = 6, 4
-    with ThreadPoolExecutor(workers) as pool:
+def _publish_in_parallel(pool: Executor, server: Any, repo: lakefs.Repository, name: str, workers: int) -> None:
+    """``workers`` writers of ``pool`` publish ``rounds`` merges each into ``main``; check the chain."""
+    rounds = 4 if isinstance(pool, ThreadPoolExecutor) else 3
+    url, key, secret = server.url, server.access_key_id, server.secret_access_key
+    with pool:
         futures = [
-            pool.submit(
-                publish_rounds,
-                lakefs_server.url,
-                lakefs_server.access_key_id,
-                lakefs_server.secret_access_key,
-                lakefs_repo.id,
-                f"t{w}",
-                rounds,
-            )
+            pool.submit(publish_rounds, url, key, secret, repo.id, f"{name}{w}", rounds)
             for w in range(workers)
         ]
         merges = [m for f in futures for m in f.result()]
     assert len(set(merges)) == workers * rounds
-    _check_main(lakefs_repo, merges, {f"out/t{w}/{i}" for w in range(workers) for i in range(rounds)})
+    _check_main(repo, merges, {f"out/{name}{w}/{i}" for w in range(workers) for i in range(rounds)})
 
 
-def test_parallel_publishes_from_processes(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
-    workers, rounds = 3, 3
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [
-            pool.submit(
-                publish_rounds,
-                lakefs_server.url,
-                lakefs_server.access_key_id,
-                lakefs_server.secret_access_key,
-                lakefs_repo.id,
-                f"p{w}",
-                rounds,
-            )
-            for w in range(workers)
-        ]
-        merges = [m for f in futures for m in f.result()]
-    assert len(set(merges)) == workers * rounds
-    _check_main(lakefs_repo, merges, {f"out/p{w}/{i}" for w in range(workers) for i in range(rounds)})
+def test_parallel_publishes_from_threads(lakefence_server: Any, lakefence_repo: lakefs.Repository) -> None:
+    _publish_in_parallel(ThreadPoolExecutor(6), lakefence_server, lakefence_repo, "t", 6)
 
 
-def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
-    shared = lakefs_repo.branch("shared").create("main")
+def test_parallel_publishes_from_processes(lakefence_server: Any, lakefence_repo: lakefs.Repository) -> None:
+    pool = ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn"))
+    _publish_in_parallel(pool, lakefence_server, lakefence_repo, "p", 3)
+
+
+def test_parallel_commits_on_one_branch(lakefence_repo: lakefs.Repository) -> None:
+    shared = lakefence_repo.branch("shared").create("main")
     workers, files = 6, 5
     barrier = threading.Barrier(workers)
 
@@ -107,7 +91,7 @@ def test_parallel_commits_on_one_branch(lakefs_repo: lakefs.Repository) -> None:
         shared.commit("rest")
         commits += 1
     assert list(shared.uncommitted()) == []
-    committed_paths = {o.path for o in lakefs_repo.ref("shared@").objects(prefix="s/")}
+    committed_paths = {o.path for o in lakefence_repo.ref("shared@").objects(prefix="s/")}
     assert committed_paths == {f"s/{w}/{i}" for w in range(workers) for i in range(files)}
     assert commits >= 1 and commits <= workers * files
     assert len(list(shared.log())) == commits + 1

@@ -26,36 +26,36 @@ from airflow_lakefence.testing.lakefs_server import (
 _ROOT = Path(server_package.__file__).resolve().parents[3]
 
 
-def _raw_client(lakefs_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
+def _raw_client(lakefence_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
     config = lakefs_sdk.Configuration(
-        host=lakefs_server.endpoint,
-        username=lakefs_server.access_key_id,
-        password=lakefs_server.secret_access_key,
+        host=lakefence_server.endpoint,
+        username=lakefence_server.access_key_id,
+        password=lakefence_server.secret_access_key,
     )
     config.retries = urllib3.Retry(total=retries, connect=retries, read=retries, status=0)
     return lakefs_sdk.client.LakeFSClient(config)
 
 
-def test_counts_per_operation(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    main = lakefs_repo.branch("main")
+def test_counts_per_operation(lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    main = lakefence_repo.branch("main")
     main.object("a").upload("1")
     main.commit("c")
     main.get_commit()
-    counts = lakefs_controls.counts()
+    counts = lakefence_controls.counts()
     assert counts["uploadObject"] == 1
     assert counts["commit"] == 1
     assert counts["getCommit"] == 1
-    lakefs_controls.reset_counts()
-    assert lakefs_controls.counts() == {}
+    lakefence_controls.reset_counts()
+    assert lakefence_controls.counts() == {}
 
 
-def test_fault_before_does_not_apply(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    main = lakefs_repo.branch("main")
-    feature = lakefs_repo.branch("feature").create("main")
+def test_fault_before_does_not_apply(lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    main = lakefence_repo.branch("main")
+    feature = lakefence_repo.branch("feature").create("main")
     feature.object("f").upload("f")
     feature.commit("f")
     head = main.get_commit().id
-    lakefs_controls.add_fault("mergeIntoBranch", status=503)
+    lakefence_controls.add_fault("mergeIntoBranch", status=503)
     with pytest.raises(ServerException) as info:
         feature.merge_into(main)
     assert info.value.status_code == 503
@@ -64,11 +64,11 @@ def test_fault_before_does_not_apply(lakefs_repo: lakefs.Repository, lakefs_cont
     assert main.get_commit().id == merged
 
 
-def test_fault_after_applies_then_fails(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    main = lakefs_repo.branch("main")
+def test_fault_after_applies_then_fails(lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    main = lakefence_repo.branch("main")
     main.object("a").upload("1")
     head = main.get_commit().id
-    lakefs_controls.add_fault("commit", status=500, when="after")
+    lakefence_controls.add_fault("commit", status=500, when="after")
     with pytest.raises(ServerException):
         main.commit("lost answer")
     committed = main.get_commit()
@@ -76,113 +76,117 @@ def test_fault_after_applies_then_fails(lakefs_repo: lakefs.Repository, lakefs_c
     assert committed.message == "lost answer"
 
 
-def test_nth_call_and_drop(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    client = _raw_client(lakefs_server)
-    lakefs_controls.add_fault("getBranch", nth=2, drop=True)
-    client.branches_api.get_branch(lakefs_repo.id, "main")
+def test_nth_call_and_drop(lakefence_server, lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    client = _raw_client(lakefence_server)
+    lakefence_controls.add_fault("getBranch", nth=2, drop=True)
+    client.branches_api.get_branch(lakefence_repo.id, "main")
     with pytest.raises(urllib3.exceptions.HTTPError):
-        client.branches_api.get_branch(lakefs_repo.id, "main")
-    client.branches_api.get_branch(lakefs_repo.id, "main")
-    assert lakefs_controls.counts()["getBranch"] == 3
-    assert lakefs_controls.faults() == []
+        client.branches_api.get_branch(lakefence_repo.id, "main")
+    client.branches_api.get_branch(lakefence_repo.id, "main")
+    assert lakefence_controls.counts()["getBranch"] == 3
+    assert lakefence_controls.faults() == []
 
 
-def test_drop_after_keeps_the_write(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    client = _raw_client(lakefs_server)
-    lakefs_controls.add_fault("createBranch", drop=True, when="after")
+def test_drop_after_keeps_the_write(
+    lakefence_server, lakefence_repo: lakefs.Repository, lakefence_controls: Controls
+) -> None:
+    client = _raw_client(lakefence_server)
+    lakefence_controls.add_fault("createBranch", drop=True, when="after")
     with pytest.raises(urllib3.exceptions.HTTPError):
-        client.branches_api.create_branch(lakefs_repo.id, lakefs_sdk.BranchCreation(name="b", source="main"))
-    assert client.branches_api.get_branch(lakefs_repo.id, "b").id == "b"
+        client.branches_api.create_branch(lakefence_repo.id, lakefs_sdk.BranchCreation(name="b", source="main"))
+    assert client.branches_api.get_branch(lakefence_repo.id, "b").id == "b"
 
 
-def test_latency_and_delay(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    main = lakefs_repo.branch("main")
-    lakefs_controls.set_latency(0.2)
+def test_latency_and_delay(lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    main = lakefence_repo.branch("main")
+    lakefence_controls.set_latency(0.2)
     start = time.monotonic()
     main.get_commit()
     assert time.monotonic() - start >= 0.2
-    lakefs_controls.set_latency(0)
-    lakefs_controls.add_fault("getCommit", delay=0.3)
+    lakefence_controls.set_latency(0)
+    lakefence_controls.add_fault("getCommit", delay=0.3)
     start = time.monotonic()
     main.get_commit()
     assert time.monotonic() - start >= 0.3
 
 
-def test_invalid_faults_rejected(lakefs_controls: Controls) -> None:
+def test_invalid_faults_rejected(lakefence_controls: Controls) -> None:
     with pytest.raises(ValueError):
-        lakefs_controls.add_fault("commit")
+        lakefence_controls.add_fault("commit")
     with pytest.raises(ValueError):
-        lakefs_controls.add_fault("commit", nth=0, status=500)
+        lakefence_controls.add_fault("commit", nth=0, status=500)
 
 
-def test_remote_controls(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    remote = RemoteControls(lakefs_server.url)
-    lakefs_repo.branch("main").get_commit()
+def test_remote_controls(lakefence_server, lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    remote = RemoteControls(lakefence_server.url)
+    lakefence_repo.branch("main").get_commit()
     assert remote.counts()["getCommit"] == 1
     remote.reset_counts()
     assert remote.counts() == {}
     remote.add_fault("getCommit", status=502)
     with pytest.raises(ServerException) as info:
-        lakefs_repo.branch("main").get_commit()
+        lakefence_repo.branch("main").get_commit()
     assert info.value.status_code == 502
     remote.add_fault("getCommit", nth=2, status=502)
-    assert remote.faults() == lakefs_controls.faults()
+    assert remote.faults() == lakefence_controls.faults()
     assert remote.faults()[0].nth == 2
     remote.clear_faults()
     assert remote.faults() == []
-    lakefs_repo.branch("main").get_commit()
+    lakefence_repo.branch("main").get_commit()
     remote.set_latency(0.1)
-    assert lakefs_controls.latency() == pytest.approx(0.1)
+    assert lakefence_controls.latency() == pytest.approx(0.1)
     assert remote.latency() == pytest.approx(0.1)
     remote.reset()
-    assert lakefs_controls.latency() == 0
+    assert lakefence_controls.latency() == 0
 
 
 @pytest.mark.lakefs_local_only
-def test_remote_stats(lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
-    remote = RemoteControls(lakefs_server.url)
+def test_remote_stats(lakefence_server, lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
+    remote = RemoteControls(lakefence_server.url)
     remote.reset()
-    lakefs_repo.branch("main").get_commit()
+    lakefence_repo.branch("main").get_commit()
     assert remote.stats()["commit_reads"] >= 1
 
 
 def test_hooks_see_the_call_before_and_after(
-    lakefs_server, lakefs_repo: lakefs.Repository, lakefs_controls: Controls
+    lakefence_server, lakefence_repo: lakefs.Repository, lakefence_controls: Controls
 ) -> None:
     direct = lakefs.Client(
-        host=lakefs_server.server.url if lakefs_server.server is not None else lakefs_server.url,
-        username=lakefs_server.access_key_id,
-        password=lakefs_server.secret_access_key,
+        host=lakefence_server.server.url if lakefence_server.server is not None else lakefence_server.url,
+        username=lakefence_server.access_key_id,
+        password=lakefence_server.secret_access_key,
     )
     seen: list[tuple[str, int | None, bool]] = []
 
     def exists(name: str) -> bool:
-        return name in {b.id for b in lakefs.Repository(lakefs_repo.id, client=direct).branches()}
+        return name in {b.id for b in lakefs.Repository(lakefence_repo.id, client=direct).branches()}
 
-    lakefs_controls.add_fault("createBranch", hook=lambda call: seen.append((call.operation, call.status, exists("h"))))
-    lakefs_controls.add_fault(
+    lakefence_controls.add_fault(
+        "createBranch", hook=lambda call: seen.append((call.operation, call.status, exists("h")))
+    )
+    lakefence_controls.add_fault(
         "createBranch", nth=2, when="after", hook=lambda call: seen.append((call.method, call.status, exists("h2")))
     )
-    lakefs_repo.branch("h").create("main")
-    lakefs_repo.branch("h2").create("main")
+    lakefence_repo.branch("h").create("main")
+    lakefence_repo.branch("h2").create("main")
     # Before: lakeFS has not seen the request yet; after: it has processed it (201).
     assert seen == [("createBranch", None, False), ("POST", 201, True)]
-    assert lakefs_controls.faults() == []
+    assert lakefence_controls.faults() == []
 
 
-def test_large_objects_stream_through(lakefs_repo: lakefs.Repository, lakefs_controls: Controls) -> None:
+def test_large_objects_stream_through(lakefence_repo: lakefs.Repository, lakefence_controls: Controls) -> None:
     import hashlib
     import os
 
     payload = os.urandom(3 << 20) * 8  # 24 MiB, sent chunked by the SDK
-    branch = lakefs_repo.branch("main")
+    branch = lakefence_repo.branch("main")
     branch.object("big.bin").upload(payload)
     digest = hashlib.sha256()
-    with lakefs_repo.ref("main").object("big.bin").reader(mode="rb") as reader:
+    with lakefence_repo.ref("main").object("big.bin").reader(mode="rb") as reader:
         while chunk := reader.read(1 << 20):
             digest.update(chunk)
     assert digest.hexdigest() == hashlib.sha256(payload).hexdigest()
-    assert lakefs_controls.counts()["uploadObject"] == 1
+    assert lakefence_controls.counts()["uploadObject"] == 1
 
 
 def test_operation_ids_come_from_the_swagger_routes() -> None:
@@ -197,10 +201,10 @@ def test_operation_ids_come_from_the_swagger_routes() -> None:
 
 
 @pytest.mark.lakefs_local_only
-def test_local_server_keeps_only_its_stats(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
+def test_local_server_keeps_only_its_stats(lakefence_server, lakefence_repo: lakefs.Repository) -> None:
     """Counts, latency and faults are the proxy's; the server itself serves only its internal counters."""
-    server_url = lakefs_server.server.url  # the local server behind the proxy
-    lakefs_repo.branch("main").get_commit()
+    server_url = lakefence_server.server.url  # the local server behind the proxy
+    lakefence_repo.branch("main").get_commit()
     assert RemoteControls(server_url).stats()["commit_reads"] >= 1
     for path in ("counts", "latency", "faults"):
         answer = requests.get(f"{server_url}/_lakefence/{path}", timeout=10)

@@ -52,15 +52,15 @@ def _reads_per_call(
 
 
 def test_per_call_reads_do_not_grow_with_history(
-    lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client, lakefs_controls: Controls
+    lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client, lakefence_controls: Controls
 ) -> None:
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     for i in range(3):
         main.object(f"data/{i}").upload("initial")
     main.commit("initial data")
     _grow(main, 10)
-    shallow = _reads_per_call(lakefs_repo, lakefs_client, lakefs_controls, 1)
+    shallow = _reads_per_call(lakefence_repo, lakefence_client, lakefence_controls, 1)
     _grow(main, 1000)
-    deep = _reads_per_call(lakefs_repo, lakefs_client, lakefs_controls, 2)
+    deep = _reads_per_call(lakefence_repo, lakefence_client, lakefence_controls, 2)
     assert deep == shallow
     assert all(stats.get("commit_reads", 0) <= 6 for stats in deep.values()), deep

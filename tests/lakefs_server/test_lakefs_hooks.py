@@ -62,16 +62,18 @@ def _merge_error(refs: lakefs_sdk.RefsApi, repo: str, source: str, **merge: obje
     return 200, ""
 
 
-def test_lua_lakefs_module_answers_as_lakefs(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    main = lakefs_repo.branch("main")
+def test_lua_lakefs_module_answers_as_lakefs(
+    lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client
+) -> None:
+    main = lakefence_repo.branch("main")
     main.object("data/x").upload(b"hello")
     main.commit("c1")
-    feature = lakefs_repo.branch("f").create(main)
+    feature = lakefence_repo.branch("f").create(main)
     feature.object("_lakefs_actions/probe.yaml").upload(_action("probe", _PROBE))
     feature.object("data/y").upload(b"world", content_type="text/plain", metadata={"k": "v"})
     feature.commit("c2")
     head = main.get_commit().id
-    status, message = _merge_error(lakefs_client.sdk_client.refs_api, lakefs_repo.id, "f")
+    status, message = _merge_error(lakefence_client.sdk_client.refs_api, lakefence_repo.id, "f")
     assert status == 412
     assert message.startswith("update branch main: pre-merge hook aborted, run id '")
     probe = message.split("PROBE|", 1)[1].split("|END", 1)[0].split("|")
@@ -96,13 +98,13 @@ def test_lua_lakefs_module_answers_as_lakefs(lakefs_repo: lakefs.Repository, lak
 
 @pytest.mark.parametrize("stale", [False, True])
 def test_lua_fence_hook_is_a_compare_and_swap(
-    lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client, stale: bool
+    lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client, stale: bool
 ) -> None:
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     main.object("_lakefs_actions/fence.yaml").upload(_action("fence", _FENCE))
     main.commit("install fence")
     expected = main.get_commit().id
-    staging = lakefs_repo.branch("staging").create(main)
+    staging = lakefence_repo.branch("staging").create(main)
     staging.object("out/part-0").upload(b"rows")
     staging.commit("stage")
     if stale:
@@ -110,7 +112,7 @@ def test_lua_fence_hook_is_a_compare_and_swap(
         main.commit("a foreign commit")
     before = main.get_commit().id
     status, message = _merge_error(
-        lakefs_client.sdk_client.refs_api, lakefs_repo.id, "staging", metadata={"expected_head": expected}
+        lakefence_client.sdk_client.refs_api, lakefence_repo.id, "staging", metadata={"expected_head": expected}
     )
     if stale:
         assert status == 412

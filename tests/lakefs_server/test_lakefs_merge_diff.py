@@ -19,13 +19,13 @@ def _changes(changes: object) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def forked(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Branch, lakefs.Branch]:
+def forked(lakefence_repo: lakefs.Repository) -> tuple[lakefs.Branch, lakefs.Branch]:
     """``main`` with a/1, a/2, b/1 committed, and ``feature`` branched from it."""
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     for path in ("a/1", "a/2", "b/1"):
         _put(main, path, path)
     main.commit("base")
-    return main, lakefs_repo.branch("feature").create("main")
+    return main, lakefence_repo.branch("feature").create("main")
 
 
 def test_uncommitted_diff(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
@@ -41,7 +41,7 @@ def test_uncommitted_diff(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
     assert sizes["a/1"] == len("changed")
 
 
-def test_two_dot_and_three_dot(forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository) -> None:
+def test_two_dot_and_three_dot(forked: tuple[lakefs.Branch, lakefs.Branch], lakefence_repo: lakefs.Repository) -> None:
     main, feature = forked
     _put(feature, "a/1", "feature")
     _put(feature, "c/1")
@@ -63,32 +63,32 @@ def test_two_dot_and_three_dot(forked: tuple[lakefs.Branch, lakefs.Branch], lake
     assert list(main.diff(main, type="two_dot")) == []
 
 
-def test_diff_pagination(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    main = lakefs_repo.branch("main")
+def test_diff_pagination(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
+    main = lakefence_repo.branch("main")
     base = main.get_commit().id
     for i in range(5):
         _put(main, f"p/{i}")
     main.commit("five")
-    api = lakefs_client.sdk_client.refs_api
-    page = api.diff_refs(lakefs_repo.id, base, "main", type="two_dot", amount=2)
+    api = lakefence_client.sdk_client.refs_api
+    page = api.diff_refs(lakefence_repo.id, base, "main", type="two_dot", amount=2)
     assert [d.path for d in page.results] == ["p/0", "p/1"]
     assert page.pagination.has_more and page.pagination.next_offset == "p/1"
-    page = api.diff_refs(lakefs_repo.id, base, "main", type="two_dot", amount=2, after="p/3")
+    page = api.diff_refs(lakefence_repo.id, base, "main", type="two_dot", amount=2, after="p/3")
     assert [d.path for d in page.results] == ["p/4"]
     assert not page.pagination.has_more
-    assert len(list(lakefs_repo.ref(base).diff(main, type="two_dot"))) == 5
+    assert len(list(lakefence_repo.ref(base).diff(main, type="two_dot"))) == 5
 
 
 def test_merge_parents_metadata_and_tree(
-    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_client: lakefs.Client, lakefs_repo: lakefs.Repository
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefence_client: lakefs.Client, lakefence_repo: lakefs.Repository
 ) -> None:
     main, feature = forked
-    commits = lakefs_client.sdk_client.commits_api
+    commits = lakefence_client.sdk_client.commits_api
     _put(feature, "c/1")
-    source = commits.get_commit(lakefs_repo.id, feature.commit("feature").get_commit().id)
-    dest_before = commits.get_commit(lakefs_repo.id, "main")
+    source = commits.get_commit(lakefence_repo.id, feature.commit("feature").get_commit().id)
+    dest_before = commits.get_commit(lakefence_repo.id, "main")
     merge_id = feature.merge_into(main, message="publish", metadata={"run": "42"})
-    merge = commits.get_commit(lakefs_repo.id, merge_id)
+    merge = commits.get_commit(lakefence_repo.id, merge_id)
     assert merge.parents == [dest_before.id, source.id]
     assert merge.metadata == {"run": "42", ".lakefs.merge.strategy": "default"}
     assert merge.message == "publish"
@@ -130,7 +130,7 @@ def test_merge_into_dirty_branch_is_400(forked: tuple[lakefs.Branch, lakefs.Bran
 
 
 def test_merge_conflict_is_409_with_empty_reference(
-    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_client: lakefs.Client, lakefs_repo: lakefs.Repository
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefence_client: lakefs.Client, lakefence_repo: lakefs.Repository
 ) -> None:
     main, feature = forked
     _put(feature, "a/1", "feature")
@@ -139,7 +139,7 @@ def test_merge_conflict_is_409_with_empty_reference(
     main.commit("m")
     head = main.get_commit().id
     with pytest.raises(lakefs_sdk.exceptions.ApiException) as info:
-        lakefs_client.sdk_client.refs_api.merge_into_branch(lakefs_repo.id, "feature", "main")
+        lakefence_client.sdk_client.refs_api.merge_into_branch(lakefence_repo.id, "feature", "main")
     assert info.value.status == 409
     assert info.value.body is not None and json.loads(info.value.body) == {"reference": ""}
     with pytest.raises(ConflictException):
@@ -183,13 +183,13 @@ def test_squash_merge_has_one_parent(forked: tuple[lakefs.Branch, lakefs.Branch]
 
 
 def test_merge_unknown_refs_are_404(
-    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefence_repo: lakefs.Repository
 ) -> None:
     main, _ = forked
     with pytest.raises(NotFoundException):
-        lakefs_repo.ref("no-such-ref").merge_into(main)
+        lakefence_repo.ref("no-such-ref").merge_into(main)
     with pytest.raises(NotFoundException):
-        lakefs_repo.ref("main").merge_into("no-such-branch")
+        lakefence_repo.ref("main").merge_into("no-such-branch")
 
 
 def test_merge_deletions_and_identical_changes(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
@@ -208,8 +208,8 @@ def test_merge_deletions_and_identical_changes(forked: tuple[lakefs.Branch, lake
     assert main.object("same").reader().read() == b"same"
 
 
-def test_revert(lakefs_repo: lakefs.Repository) -> None:
-    main = lakefs_repo.branch("main")
+def test_revert(lakefence_repo: lakefs.Repository) -> None:
+    main = lakefence_repo.branch("main")
     _put(main, "keep")
     main.commit("keep")
     _put(main, "undo-me")
@@ -255,13 +255,13 @@ def test_cherry_pick(forked: tuple[lakefs.Branch, lakefs.Branch]) -> None:
     assert again.meta_range_id == created.meta_range_id
 
 
-def test_diff_right_stats(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.Client) -> None:
-    main = lakefs_repo.branch("main")
+def test_diff_right_stats(lakefence_repo: lakefs.Repository, lakefence_client: lakefs.Client) -> None:
+    main = lakefence_repo.branch("main")
     base = main.get_commit().id
     main.object("r").upload("right", content_type="text/plain", metadata={"a": "b"})
     main.commit("r")
-    page = lakefs_client.sdk_client.refs_api.diff_refs(
-        lakefs_repo.id, base, "main", type="two_dot", include_right_stats=True
+    page = lakefence_client.sdk_client.refs_api.diff_refs(
+        lakefence_repo.id, base, "main", type="two_dot", include_right_stats=True
     )
     (item,) = page.results
     assert item.right is not None
@@ -271,13 +271,13 @@ def test_diff_right_stats(lakefs_repo: lakefs.Repository, lakefs_client: lakefs.
 
 
 def test_cherry_pick_merge_commit_needs_parent_number(
-    forked: tuple[lakefs.Branch, lakefs.Branch], lakefs_repo: lakefs.Repository
+    forked: tuple[lakefs.Branch, lakefs.Branch], lakefence_repo: lakefs.Repository
 ) -> None:
     main, feature = forked
     _put(feature, "m")
     feature.commit("m")
     merge_id = feature.merge_into(main)
-    other = lakefs_repo.branch("other").create(merge_id + "~1")
+    other = lakefence_repo.branch("other").create(merge_id + "~1")
     with pytest.raises(BadRequestException):
         other.cherry_pick(merge_id)
     picked = other.cherry_pick(merge_id, parent_number=1)

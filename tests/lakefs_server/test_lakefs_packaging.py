@@ -1,5 +1,6 @@
 """Packaging: the server subpackage and its pytest plugin import without Airflow; production installs
-carry neither werkzeug nor a costly plugin (the `testing` extra brings the server)."""
+carry no werkzeug and load no plugin into pytest (the plugin is opt-in; the `testing` extra brings
+the server); the tools only this repository's tests use are not in the package."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import airflow_lakefence
+
 _CHECK = """
 import sys
-import airflow_lakefence.testing.lakefs_server.pytest_plugin
-assert "airflow_lakefence.testing.lakefs_server._store" not in sys.modules, "plugin import must stay cheap"
+import airflow_lakefence.testing.pytest_plugin
+assert "airflow_lakefence.testing.lakefs_server" not in sys.modules, "plugin import must stay cheap"
 import airflow_lakefence.testing.lakefs_server
 airflow = sorted(m for m in sys.modules if m == "airflow" or m.startswith("airflow."))
 assert not airflow, airflow
@@ -27,7 +30,8 @@ def test_imports_without_airflow() -> None:
 # -- the server and its plugin stay out of production installs ------------------------------------
 
 # Run in a subprocess where importing werkzeug fails, as in an install without the `testing` extra:
-# the package, its provider info and a whole pytest collection (with the pytest11 plugin) must work.
+# the package and its provider info work, a pytest collection loads no plugin of the package unless
+# asked to (-p), and the opted-in plugin loads nothing heavy until a test asks for a fixture.
 _WITHOUT_WERKZEUG = """
 import importlib.abc
 import sys
@@ -50,27 +54,34 @@ assert airflow_lakefence.get_provider_info()["package-name"] == "airflow-provide
 
 
 class Seen:
-    plugin = None
+    plugins = None
 
     def pytest_collection_finish(self, session):
-        Seen.plugin = session.config.pluginmanager.get_plugin("lakefence")
+        Seen.plugins = [
+            getattr(p, "__name__", "") for p in session.config.pluginmanager.get_plugins()
+            if getattr(p, "__name__", "").startswith("airflow_lakefence")
+        ]
 
 
-code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", sys.argv[1]], plugins=[Seen()])
-assert code == pytest.ExitCode.NO_TESTS_COLLECTED, code
-assert Seen.plugin is not None, "the pytest11 plugin was not registered"
-assert Seen.plugin.__name__ == "airflow_lakefence.testing.lakefs_server.pytest_plugin"
+def collect(*options):
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *options, sys.argv[1]], plugins=[Seen()])
+    assert code == pytest.ExitCode.NO_TESTS_COLLECTED, code
+    return Seen.plugins
+
+
+assert collect() == [], Seen.plugins
+assert collect("-p", "airflow_lakefence.testing.pytest_plugin") == ["airflow_lakefence.testing.pytest_plugin"]
 heavy = sorted(
     m for m in sys.modules if m.split(".")[0] in {"werkzeug", "lakefs", "lakefs_sdk", "airflow", "pyspark"}
-    or m.startswith("airflow_lakefence.testing.lakefs_server._")
+    or m.startswith("airflow_lakefence.testing.lakefs_server")
 )
 assert not heavy, heavy
 print("OK")
 """
 
 
-def test_pytest_plugin_costs_nothing_without_the_testing_extra(tmp_path: Path) -> None:
-    """An environment without werkzeug: ``pytest --co`` in an empty directory loads the plugin and nothing heavy."""
+def test_pytest_plugin_is_opt_in_and_costs_nothing_without_the_testing_extra(tmp_path: Path) -> None:
+    """Without werkzeug, ``pytest --co`` in an empty directory loads no plugin of ours; with ``-p``, nothing heavy."""
     empty = tmp_path / "empty"
     empty.mkdir()
     result = subprocess.run(
@@ -81,6 +92,38 @@ def test_pytest_plugin_costs_nothing_without_the_testing_extra(tmp_path: Path) -
         check=False,
     )
     assert result.returncode == 0 and result.stdout.rstrip().endswith("OK"), result.stdout + result.stderr
+
+
+_OLD_NAMES = """
+import warnings
+
+def test_old_name(lakefs_repo, lakefence_repo):
+    assert lakefs_repo is lakefence_repo
+"""
+
+
+def test_old_fixture_names_only_through_the_deprecated_opt_in(tmp_path: Path) -> None:
+    """``lakefs_repo`` is no fixture of the plugin; the old module, asked for, gives it with a warning."""
+    (tmp_path / "test_old.py").write_text(_OLD_NAMES)
+
+    def run(plugin: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:lakefence", "-p", plugin,
+             "-W", "error::DeprecationWarning", "-q", "--lakefs-backend=local", str(tmp_path)],
+            capture_output=True, text=True, cwd=tmp_path, check=False,
+        )  # fmt: skip
+
+    new = run("airflow_lakefence.testing.pytest_plugin")
+    assert new.returncode == 1 and "fixture 'lakefs_repo' not found" in new.stdout, new.stdout + new.stderr
+    old = run("airflow_lakefence.testing.lakefs_server.pytest_plugin")
+    assert old.returncode == 1 and "the pytest fixture 'lakefs_repo' is deprecated" in old.stdout, old.stdout
+
+
+def test_repository_only_tools_are_not_in_the_package() -> None:
+    """The real-lakeFS builder and the PostgreSQL launcher are the repository's (tests/tools), not the wheel's."""
+    package = Path(airflow_lakefence.__file__).resolve().parent
+    assert not (package / "testing" / "real_lakefs.py").exists()
+    assert not (package / "testing" / "postgres.py").exists()
 
 
 def _setup_cfg() -> configparser.ConfigParser:
@@ -107,6 +150,5 @@ def test_werkzeug_is_an_extra_not_a_runtime_dependency() -> None:
     assert extras["testing"] <= extras["test"]  # the project's own suite has everything DAG authors get
     # The example DAGs' imports (dags_examples/*.py, jobs/) are in the extra the docs tell users to install.
     assert {"pyspark", "lakefs-spec", "pyarrow", "pandas", "werkzeug"} <= extras["examples"]
-    plugins = cfg["options.entry_points"]["pytest11"]
-    assert "lakefence = airflow_lakefence.testing.lakefs_server.pytest_plugin" in plugins
+    assert "pytest11" not in cfg["options.entry_points"]  # opt-in: -p airflow_lakefence.testing.pytest_plugin
 

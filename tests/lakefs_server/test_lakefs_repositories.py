@@ -50,25 +50,25 @@ class _Repos:
 
 
 @pytest.fixture
-def repos(lakefs_server, lakefs_client: lakefs.Client) -> Iterator[_Repos]:
-    made = _Repos(lakefs_server, lakefs_client)
+def repos(lakefence_server, lakefence_client: lakefs.Client) -> Iterator[_Repos]:
+    made = _Repos(lakefence_server, lakefence_client)
     yield made
     made.delete_all()
 
 
-def _raw(lakefs_server, method: str, path: str, **kwargs: object) -> requests.Response:
+def _raw(lakefence_server, method: str, path: str, **kwargs: object) -> requests.Response:
     """A request as sent, past the SDK's own validation of types."""
-    auth = (lakefs_server.access_key_id, lakefs_server.secret_access_key)
-    return requests.request(method, f"{lakefs_server.endpoint}{path}", auth=auth, timeout=60, **kwargs)
+    auth = (lakefence_server.access_key_id, lakefence_server.secret_access_key)
+    return requests.request(method, f"{lakefence_server.endpoint}{path}", auth=auth, timeout=60, **kwargs)
 
 
-def test_bare_repository_has_no_commit_and_no_branch(repos: _Repos, lakefs_client: lakefs.Client) -> None:
+def test_bare_repository_has_no_commit_and_no_branch(repos: _Repos, lakefence_client: lakefs.Client) -> None:
     namespace = repos.namespace("bare")
     created = repos.create("bare", namespace, bare=True, default_branch="trunk")
     assert (created.id, created.default_branch, created.storage_namespace) == (repos.name("bare"), "trunk", namespace)
     assert created.read_only is None  # lakeFS's answer to a bare creation carries no read_only
     name = created.id
-    api = lakefs_client.sdk_client
+    api = lakefence_client.sdk_client
     assert api.repositories_api.get_repository(name).read_only is False
     assert api.branches_api.list_branches(name).results == []
     assert api.tags_api.list_tags(name).results == []
@@ -106,22 +106,22 @@ def test_bare_and_read_only_repositories_do_not_claim_their_namespace(repos: _Re
     assert repos.create("after-ro", read_only_first).storage_namespace == read_only_first
 
 
-def test_default_branch_name_is_taken_as_given(repos: _Repos, lakefs_client: lakefs.Client) -> None:
+def test_default_branch_name_is_taken_as_given(repos: _Repos, lakefence_client: lakefs.Client) -> None:
     created = repos.create("odd-default", repos.namespace("odd-default"), default_branch="not a branch id")
     assert created.default_branch == "not a branch id"
-    listed = lakefs_client.sdk_client.branches_api.list_branches(created.id).results
+    listed = lakefence_client.sdk_client.branches_api.list_branches(created.id).results
     assert [b.id for b in listed] == ["not a branch id"]
     with pytest.raises(lakefs_sdk.exceptions.BadRequestException) as invalid:
-        lakefs_client.sdk_client.branches_api.get_branch(created.id, "not a branch id")
+        lakefence_client.sdk_client.branches_api.get_branch(created.id, "not a branch id")
     assert json.loads(invalid.value.body) == {"message": "argument branch: branch id: invalid value: validation error"}
 
 
-def test_sample_data(repos: _Repos, lakefs_client: lakefs.Client, lakefs_backend: str) -> None:
+def test_sample_data(repos: _Repos, lakefence_client: lakefs.Client, lakefence_backend: str) -> None:
     """lakeFS writes its sample files, commits them and protects the default branch; the local server refuses."""
     namespace = repos.namespace("samples")
-    api = lakefs_client.sdk_client
+    api = lakefence_client.sdk_client
     name = repos.name("samples")
-    if lakefs_backend == "local":
+    if lakefence_backend == "local":
         with pytest.raises(ApiException) as refused:
             repos.create("samples", namespace, sample_data=True)
         assert refused.value.status == 501
@@ -135,15 +135,15 @@ def test_sample_data(repos: _Repos, lakefs_client: lakefs.Client, lakefs_backend
         ("Add sample data", api.auth_api.get_current_user().user.id),
         ("Repository created", ""),
     ]
-    paths = {o.path for o in lakefs.Repository(name, client=lakefs_client).ref("trunk").objects()}
+    paths = {o.path for o in lakefs.Repository(name, client=lakefence_client).ref("trunk").objects()}
     assert {"README.md", "lakes.parquet", "data/lakes.source.md"} <= paths
-    readme = lakefs.Repository(name, client=lakefs_client).ref("trunk").object("README.md").reader().read()
+    readme = lakefs.Repository(name, client=lakefence_client).ref("trunk").object("README.md").reader().read()
     assert f"lakefs://{name}/trunk/lakes.parquet".encode() in readme  # a template, filled in
     assert [r.pattern for r in api.repositories_api.get_branch_protection_rules(name)] == ["trunk"]
 
 
-def test_sample_data_in_read_only_or_bare_repository(repos: _Repos, lakefs_client: lakefs.Client) -> None:
-    api = lakefs_client.sdk_client
+def test_sample_data_in_read_only_or_bare_repository(repos: _Repos, lakefence_client: lakefs.Client) -> None:
+    api = lakefence_client.sdk_client
     # Read-only: the repository is created, then writing the samples into it fails.
     with pytest.raises(lakefs_sdk.exceptions.ForbiddenException) as refused:
         repos.create("ro-samples", repos.namespace("ro-samples"), sample_data=True, read_only=True)
@@ -157,14 +157,14 @@ def test_sample_data_in_read_only_or_bare_repository(repos: _Repos, lakefs_clien
     assert api.branches_api.list_branches(bare.id).results == []
 
 
-def test_repository_creation_body_is_validated_as_by_lakefs(lakefs_server) -> None:
+def test_repository_creation_body_is_validated_as_by_lakefs(lakefence_server) -> None:
     def message(body: object) -> str:
-        response = _raw(lakefs_server, "POST", "/repositories", json=body)
+        response = _raw(lakefence_server, "POST", "/repositories", json=body)
         assert response.status_code == 400, response.text
         return str(response.json()["message"])
 
     prefix = "request body has an error: doesn't match schema #/components/schemas/RepositoryCreation: "
-    namespace = f"{lakefs_server.storage_namespace}/never-created"
+    namespace = f"{lakefence_server.storage_namespace}/never-created"
     boolean = '{\n    "default": false,\n    "example": true,\n    "type": "boolean"\n  }'
     assert message({"name": "abc", "storage_namespace": namespace, "sample_data": "yes"}) == (
         f'{prefix}Error at "/sample_data": value must be a boolean\nSchema:\n  {boolean}\n\nValue:\n  "yes"\n'
@@ -182,20 +182,21 @@ def test_repository_creation_body_is_validated_as_by_lakefs(lakefs_server) -> No
     )
 
 
-def test_boolean_query_parameters_are_parsed_as_by_lakefs(lakefs_server, lakefs_repo: lakefs.Repository) -> None:
-    body = {"name": "never-created", "storage_namespace": f"{lakefs_server.storage_namespace}/never-created"}
-    invalid = _raw(lakefs_server, "POST", "/repositories", params={"bare": "yes"}, json=body)
+def test_boolean_query_parameters_are_parsed_as_by_lakefs(lakefence_server, lakefence_repo: lakefs.Repository) -> None:
+    body = {"name": "never-created", "storage_namespace": f"{lakefence_server.storage_namespace}/never-created"}
+    invalid = _raw(lakefence_server, "POST", "/repositories", params={"bare": "yes"}, json=body)
     assert (invalid.status_code, invalid.json()) == (
         400, {"message": 'parameter "bare" in query has an error: value yes: an invalid boolean: invalid syntax'}
     )  # fmt: skip
     # An empty value of a parameter with a default fails in lakeFS's request binding, in plain text.
-    empty = _raw(lakefs_server, "GET", f"/repositories/{lakefs_repo.id}/branches", params={"show_hidden": ""})
+    empty = _raw(lakefence_server, "GET", f"/repositories/{lakefence_repo.id}/branches", params={"show_hidden": ""})
     assert (empty.status_code, empty.headers["Content-Type"], empty.text) == (
         400, "text/plain; charset=utf-8",
         "Invalid format for parameter show_hidden: multiple values for single value parameter 'show_hidden'\n",
     )  # fmt: skip
     # Without a default it is the validator's "empty value" (JSON); Go's ParseBool spellings pass.
-    no_default = _raw(lakefs_server, "GET", f"/repositories/{lakefs_repo.id}/refs/main/commits", params={"limit": ""})
+    commits = f"/repositories/{lakefence_repo.id}/refs/main/commits"
+    no_default = _raw(lakefence_server, "GET", commits, params={"limit": ""})
     assert no_default.json() == {"message": 'parameter "limit" in query has an error: empty value is not allowed'}
-    hidden = _raw(lakefs_server, "GET", f"/repositories/{lakefs_repo.id}/branches", params={"show_hidden": "T"})
+    hidden = _raw(lakefence_server, "GET", f"/repositories/{lakefence_repo.id}/branches", params={"show_hidden": "T"})
     assert [b["id"] for b in hidden.json()["results"]] == ["main"]

@@ -19,7 +19,7 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 from airflow_lakefence.links import branch_url, commit_url
 from airflow_lakefence.testing.lakefs_server import Controls
-from airflow_lakefence.testing.lakefs_server.pytest_plugin import LakeFSServerInfo
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 
 pytestmark = pytest.mark.lakefs_local_only
 
@@ -52,13 +52,13 @@ def _get(url: str) -> tuple[requests.Response, _Links]:
 
 
 @pytest.fixture
-def publication(lakefs_repo: lakefs.Repository) -> dict[str, str]:
+def publication(lakefence_repo: lakefs.Repository) -> dict[str, str]:
     """A fenced publication as the protocol writes it: a staged commit merged into ``main`` with records."""
-    main = lakefs_repo.branch("main")
+    main = lakefence_repo.branch("main")
     main.object("events/part-0.parquet").upload(b"input")
     input_ref = main.commit("seed events").get_commit().id
     attempt = AttemptId(PublicationKey("daily", "manual__2026-11-25", "daily_counts", -1), 2, "ti-0192")
-    staging = lakefs_repo.branch("lakefence-staging-x").create(input_ref)
+    staging = lakefence_repo.branch("lakefence-staging-x").create(input_ref)
     staging.object("tables/daily_counts/part-0.parquet").upload(b"counts")
     staging.object(f"tables/{HOSTILE}.txt").upload(b"x")
     staged = staging.commit(
@@ -66,12 +66,12 @@ def publication(lakefs_repo: lakefs.Repository) -> dict[str, str]:
     ).get_commit().id
     metadata = {**encode_metadata(LakefenceRecord(attempt, ROLE_PUBLISH, input_ref, staged)), "pipeline": HOSTILE}
     merged = staging.merge_into(main, message=f"daily counts {HOSTILE}", metadata=metadata)
-    return {"input_ref": input_ref, "staged": staged, "merged": merged, "repo": lakefs_repo.id}
+    return {"input_ref": input_ref, "staged": staged, "merged": merged, "repo": lakefence_repo.id}
 
 
-def test_the_commit_link_shows_the_publication(lakefs_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
+def test_the_commit_link_shows_the_publication(lakefence_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
     repo, merged = publication["repo"], publication["merged"]
-    response, page = _get(commit_url(lakefs_server.url, repo, merged))
+    response, page = _get(commit_url(lakefence_server.url, repo, merged))
     assert response.status_code == 200 and response.headers["Content-Type"] == "text/html; charset=utf-8"
     assert "script-src" not in response.headers["Content-Security-Policy"]  # default-src 'none': no scripts
     text = " ".join(" ".join(page.text).split())
@@ -99,11 +99,14 @@ def test_the_commit_link_shows_the_publication(lakefs_server: LakeFSServerInfo, 
     assert page.scripts == 0 and "<script>" not in response.text
 
 
-def test_every_link_leads_to_a_page(lakefs_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
+def test_every_link_leads_to_a_page(lakefence_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
     """From the commit and the branch pages, every link (parents, objects, history, folders) answers 200."""
     repo = publication["repo"]
     seen: set[str] = set()
-    todo = [commit_url(lakefs_server.url, repo, publication["merged"]), branch_url(lakefs_server.url, repo, "main")]
+    todo = [
+        commit_url(lakefence_server.url, repo, publication["merged"]),
+        branch_url(lakefence_server.url, repo, "main"),
+    ]
     while todo:
         url = todo.pop()
         if url in seen:
@@ -117,9 +120,11 @@ def test_every_link_leads_to_a_page(lakefs_server: LakeFSServerInfo, publication
     assert len(seen) > 10
 
 
-def test_the_branch_page_shows_head_and_history(lakefs_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
+def test_the_branch_page_shows_head_and_history(
+    lakefence_server: LakeFSServerInfo, publication: dict[str, str]
+) -> None:
     repo = publication["repo"]
-    response, page = _get(branch_url(lakefs_server.url, repo, "main"))
+    response, page = _get(branch_url(lakefence_server.url, repo, "main"))
     assert response.status_code == 200
     text = " ".join(" ".join(page.text).split())
     assert "branch main" in text and f"HEAD {publication['merged']}" in text
@@ -130,42 +135,42 @@ def test_the_branch_page_shows_head_and_history(lakefs_server: LakeFSServerInfo,
     assert "publish: daily / daily_counts, try 2" in text
     folder = f"/repositories/{repo}/objects?ref=main&path=tables%2F"
     assert folder in page.links
-    _, tables = _get(urllib.parse.urljoin(lakefs_server.url, folder))
+    _, tables = _get(urllib.parse.urljoin(lakefence_server.url, folder))
     daily_folder = f"/repositories/{repo}/objects?ref=main&path=tables%2Fdaily_counts%2F"
     assert daily_folder in tables.links
-    _, daily = _get(urllib.parse.urljoin(lakefs_server.url, daily_folder))
+    _, daily = _get(urllib.parse.urljoin(lakefence_server.url, daily_folder))
     obj = f"/repositories/{repo}/object?ref=main&path=tables%2Fdaily_counts%2Fpart-0.parquet"
     assert obj in daily.links
-    _, stats = _get(urllib.parse.urljoin(lakefs_server.url, obj))
+    _, stats = _get(urllib.parse.urljoin(lakefence_server.url, obj))
     assert "size 6 bytes" in " ".join(" ".join(stats.text).split())
 
 
 def test_pages_are_not_api_calls(
-    lakefs_server: LakeFSServerInfo, publication: dict[str, str], lakefs_controls: Controls
+    lakefence_server: LakeFSServerInfo, publication: dict[str, str], lakefence_controls: Controls
 ) -> None:
     """Request counts (by API operation) and the store's read counters see no page view."""
     repo = publication["repo"]
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     for url in (
-        commit_url(lakefs_server.url, repo, publication["merged"]),
-        branch_url(lakefs_server.url, repo, "main"),
-        f"{lakefs_server.url}/repositories/{repo}/commits?ref=main",
+        commit_url(lakefence_server.url, repo, publication["merged"]),
+        branch_url(lakefence_server.url, repo, "main"),
+        f"{lakefence_server.url}/repositories/{repo}/commits?ref=main",
     ):
         assert requests.get(url, timeout=30).status_code == 200
-    assert lakefs_controls.counts() == {}
-    assert lakefs_controls.stats() == {}
+    assert lakefence_controls.counts() == {}
+    assert lakefence_controls.stats() == {}
     # The API itself is counted as before.
-    requests.get(f"{lakefs_server.endpoint}/repositories/{repo}/commits/{publication['merged']}", timeout=30)
-    assert lakefs_controls.counts() == {"getCommit": 1}
+    requests.get(f"{lakefence_server.endpoint}/repositories/{repo}/commits/{publication['merged']}", timeout=30)
+    assert lakefence_controls.counts() == {"getCommit": 1}
 
 
-def test_unknown_pages_and_api_paths(lakefs_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
+def test_unknown_pages_and_api_paths(lakefence_server: LakeFSServerInfo, publication: dict[str, str]) -> None:
     repo = publication["repo"]
-    response, page = _get(f"{lakefs_server.url}/repositories/{repo}/commits/{'0' * 64}")
+    response, page = _get(f"{lakefence_server.url}/repositories/{repo}/commits/{'0' * 64}")
     assert response.status_code == 404 and "commit not found" in " ".join(page.text)
-    response, _ = _get(f"{lakefs_server.url}/repositories/no-such-repo/objects?ref=main")
+    response, _ = _get(f"{lakefence_server.url}/repositories/no-such-repo/objects?ref=main")
     assert response.status_code == 404 and response.headers["Content-Type"].startswith("text/html")
-    assert requests.post(commit_url(lakefs_server.url, repo, publication["merged"]), timeout=30).status_code == 405
+    assert requests.post(commit_url(lakefence_server.url, repo, publication["merged"]), timeout=30).status_code == 405
     # Outside the UI's paths the API answers as lakeFS does.
-    api = requests.get(f"{lakefs_server.url}/api/v1/no-such-endpoint", timeout=30)
+    api = requests.get(f"{lakefence_server.url}/api/v1/no-such-endpoint", timeout=30)
     assert api.status_code == 404 and api.json() == {"message": "invalid API endpoint"}

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load_dag_module
+from tests.conftest import fresh_dag_module
 from tests.reliability.harness import ForkServer, Lake, attempt_env
 
 
 @pytest.fixture(scope="session")
-def lake(lakefs_server: Any) -> Lake:
+def lake(lakefence_server: Any) -> Lake:
     """The session's lakeFS (the local server, or a real one from the environment)."""
     return Lake(
-        lakefs_server.url,
-        lakefs_server.access_key_id,
-        lakefs_server.secret_access_key,
-        lakefs_server.storage_namespace,
+        lakefence_server.url,
+        lakefence_server.access_key_id,
+        lakefence_server.secret_access_key,
+        lakefence_server.storage_namespace,
     )
 
 
@@ -47,6 +47,4 @@ def driver_env(lake: Lake, airflow_home: Path) -> dict[str, str]:
 @pytest.fixture
 def dags() -> Any:
     """tests/dags/reliability_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("testdags/reliability_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("testdags/reliability_dags.py")

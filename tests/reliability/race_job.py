@@ -22,8 +22,13 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from airflow_lakefence.spark import lakefence_locations
+
+# Run as a script; the writer is tests/jobs/write_job.py's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+from write_job import write_output
 
 
 def main() -> None:
@@ -50,22 +55,7 @@ def main() -> None:
     if spec.get("dump_argv"):
         files["debug/argv.json"] = json.dumps(sys.argv)
         files["debug/env_has_secret.txt"] = str(bool(os.environ.get("LAKEFS_SECRET_ACCESS_KEY")))
-    if loc.write_mode == "workspace":
-        for path, text in files.items():
-            target = loc.output_path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-    elif loc.write_mode == "direct":
-        import lakefs
-
-        client = lakefs.Client(
-            host=loc.endpoint,
-            username=os.environ["LAKEFS_ACCESS_KEY_ID"],
-            password=os.environ["LAKEFS_SECRET_ACCESS_KEY"],
-        )
-        branch = lakefs.Repository(loc.repository, client=client).branch(loc.staging_branch)
-        for path, text in files.items():
-            branch.object(path).upload(text.encode(), pre_sign=False)
+    write_output(loc, files)
     print("RACE-JOB-DONE", loc.write_mode, len(files))
 
 

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 summaries[fence] = summarize(reports)
                 summaries[fence]["wall_seconds"] = round(time.monotonic() - started, 1)
                 summaries[fence]["workers"] = args.workers
-                summaries[fence]["lakefs_backend"] = (
+                summaries[fence]["lakefence_backend"] = (
                     f"real ({args.real_kv} KV)" if args.lakefs_backend == "real" else args.lakefs_backend
                 )
                 all_reports[fence] = reports
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 def _lakefs(backend: str, data_dir: Path, real_kv: str = "postgres") -> Any:
     """The sweep's lakeFS: a context manager with ``url``, ``access_key_id`` and ``secret_access_key``."""
     if backend == "real":
-        from airflow_lakefence.testing.real_lakefs import RealLakeFS, ensure_lakefs_binary
+        from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
         return RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="ERROR", kv=real_kv)
     from airflow_lakefence.testing.lakefs_server import LakeFSServer

@@ -38,7 +38,7 @@ from airflow_lakefence.exceptions import (
     WorkspaceError,
 )
 from airflow_lakefence.operators import FencedSparkPublishOperator, PublishOptions
-from tests.integration.helpers import commit_files, run_dag
+from tests.integration.helpers import SPARK_TASK, commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -154,13 +154,7 @@ RUNTIME: dict[str, Case] = {
     ),
 }
 
-BASE: dict[str, Any] = {
-    "task_id": "t",
-    "repository": "repo",
-    "target_branch": "main",
-    "input_ref": "main",
-    "application": "a.py",
-}
+BASE: dict[str, Any] = SPARK_TASK
 PARSE_TIME: dict[str, tuple[dict[str, Any], type[LakeFenceError]]] = {
     "negative publish budget": ({"options": PublishOptions(publish_budget=-1)}, InvalidInputError),
     "negative stale grace period": ({"options": PublishOptions(stale_grace_period=-5)}, InvalidInputError),
@@ -195,12 +189,12 @@ def test_the_catalogue_is_complete() -> None:
 
 
 @pytest.fixture
-def world(lakefs_repo: lakefs.Repository, lakefs_conn: dict[str, str]) -> World:
-    input_commit = commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
-    side = lakefs_repo.branch("side").create("main")
-    side_commit = commit_files(lakefs_repo, "side", {"side.txt": "x"}, "not on main")
+def world(lakefence_repo: lakefs.Repository, lakefs_conn: dict[str, str]) -> World:
+    input_commit = commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")
+    side = lakefence_repo.branch("side").create("main")
+    side_commit = commit_files(lakefence_repo, "side", {"side.txt": "x"}, "not on main")
     assert side.get_commit().id == side_commit
-    return World(lakefs_repo, input_commit, side_commit, dict(lakefs_conn))
+    return World(lakefence_repo, input_commit, side_commit, dict(lakefs_conn))
 
 
 def _texts(error: BaseException) -> str:
@@ -218,7 +212,7 @@ def _texts(error: BaseException) -> str:
 def test_runtime_bad_input(
     dags: Any,
     world: World,
-    lakefs_controls: Any,
+    lakefence_controls: Any,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
     name: str,
@@ -231,13 +225,13 @@ def test_runtime_bad_input(
     conf = {"repository": repo.id, "target": "main", "input_ref": world.input_commit, "job": JOB}
     conf.update(case.conf(world))
     dag = getattr(dags, case.dag)
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_dag(dag, conf)
     assert dr.state == "failed"
     error = dags.FAILURES[(dag.dag_id, 1)]
     assert type(error) is case.error, repr(error)
 
-    writes = {op: n for op, n in lakefs_controls.counts().items() if op in WRITE_OPERATIONS and n}
+    writes = {op: n for op, n in lakefence_controls.counts().items() if op in WRITE_OPERATIONS and n}
     assert writes == case.writes
     assert repo.branch("main").get_commit().id == world.input_commit
     after = sorted(b.id for b in repo.branches(show_hidden=True))
@@ -254,11 +248,11 @@ def test_runtime_bad_input(
 
 
 @pytest.mark.parametrize("name", sorted(PARSE_TIME))
-def test_parse_time_bad_input(lakefs_controls: Any, lakefs_conn: dict[str, str], name: str) -> None:
+def test_parse_time_bad_input(lakefence_controls: Any, lakefs_conn: dict[str, str], name: str) -> None:
     kwargs, expected = PARSE_TIME[name]
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     with pytest.raises(expected) as info:
         FencedSparkPublishOperator(**{**BASE, **kwargs})
     assert type(info.value) is expected
-    assert lakefs_controls.counts() == {}  # refused before anything talked to lakeFS
+    assert lakefence_controls.counts() == {}  # refused before anything talked to lakeFS
     assert lakefs_conn["password"] not in _texts(info.value)

@@ -106,8 +106,8 @@ RESOLVED_BY_REREAD = {"mergeIntoBranch": "idempotent", "hardResetBranch": "idemp
 
 
 @pytest.fixture
-def seeded(lakefs_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
-    return lakefs_repo, commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+def seeded(lakefence_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
+    return lakefence_repo, commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
 @pytest.fixture
@@ -135,13 +135,13 @@ def clean(dags: Any, repo: lakefs.Repository) -> Any:
 
 @pytest.mark.parametrize("scenario", sorted(BASELINE))
 def test_baseline_call_counts(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, scenario: str
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, scenario: str
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = run_scenario(dags, scenario, repo, input_commit)
     assert dr.state == "success"
-    counts = {k: v for k, v in lakefs_controls.counts().items() if v}
+    counts = {k: v for k, v in lakefence_controls.counts().items() if v}
     assert counts == BASELINE[scenario]
 
 
@@ -151,29 +151,29 @@ def test_one_fault_at_each_call(
     request: pytest.FixtureRequest,
     dags: Any,
     seeded: tuple[lakefs.Repository, str],
-    lakefs_controls: Any,
+    lakefence_controls: Any,
     call: Call,
     kind: str,
 ) -> None:
     if kind.startswith("timeout"):
         request.getfixturevalue("short_timeout")
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
-    lakefs_controls.add_fault(call.operation, nth=call.nth, **KINDS[kind])
+    lakefence_controls.reset_counts()
+    lakefence_controls.add_fault(call.operation, nth=call.nth, **KINDS[kind])
     late_call_answered = threading.Event()
     if kind.startswith("timeout"):
         # The same call, once lakeFS has answered it (after the delay when the delay came first): the
         # client gave up long before, so the late call may still change the state after the run.
-        lakefs_controls.add_fault(
+        lakefence_controls.add_fault(
             call.operation, nth=call.nth, when="after", hook=lambda _call: late_call_answered.set()
         )
     dr = run_scenario(dags, call.scenario, repo, input_commit)
     if kind.startswith("timeout"):
         assert late_call_answered.wait(DELAY + 30), "the late call never reached lakeFS"
     assert dr.state == "success", dags.FAILURES
-    assert lakefs_controls.faults() == []  # the fault fired
+    assert lakefence_controls.faults() == []  # the fault fired
 
-    count = lakefs_controls.counts().get(call.operation, 0)
+    count = lakefence_controls.counts().get(call.operation, 0)
     baseline = BASELINE[call.scenario][call.operation]
     landed = kind.endswith("after")
     values = xcoms(dr, "publish")
@@ -225,16 +225,16 @@ EXHAUSTED = [
 
 
 def test_listing_earlier_tries_keeps_failing_and_the_retry_still_replaces(
-    dags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     """Removing earlier tries' branches is clean-up, not protocol: a listing that keeps failing is
     logged (the cleaner removes them later) and never fails the attempt."""
     repo, input_commit = seeded
     for nth in range(1, 5):
-        lakefs_controls.add_fault("listBranches", nth=nth, status=503)
+        lakefence_controls.add_fault("listBranches", nth=nth, status=503)
     dr = run_scenario(dags, "replace", repo, input_commit)
     assert dr.state == "success"
-    assert lakefs_controls.faults() == []  # every listing failed: the retry went on without it
+    assert lakefence_controls.faults() == []  # every listing failed: the retry went on without it
     head = repo.branch("main").get_commit()
     assert head.parents == [input_commit]  # replaced (hard reset to the staged commit), not stacked
     assert decode_metadata(head.metadata).attempt.try_number == 2  # type: ignore[union-attr]
@@ -244,7 +244,7 @@ def test_listing_earlier_tries_keeps_failing_and_the_retry_still_replaces(
 def test_lakefs_keeps_failing_is_a_clear_error_and_publishes_nothing(
     dags: Any,
     seeded: tuple[lakefs.Repository, str],
-    lakefs_controls: Any,
+    lakefence_controls: Any,
     lakefs_conn: dict[str, str],
     call: Call,
     failures: int,
@@ -252,7 +252,7 @@ def test_lakefs_keeps_failing_is_a_clear_error_and_publishes_nothing(
 ) -> None:
     repo, input_commit = seeded
     for nth in range(1, failures + 1):
-        lakefs_controls.add_fault(call.operation, nth=nth, status=503)
+        lakefence_controls.add_fault(call.operation, nth=nth, status=503)
     before = publications_on_top_of(repo, input_commit)
     job = {"files": {"out/a.txt": "A"}}  # one file: its upload meets every fault
     if call.scenario == "workspace":
@@ -265,7 +265,7 @@ def test_lakefs_keeps_failing_is_a_clear_error_and_publishes_nothing(
     assert type(error) is LakeFSUnavailableError, error
     assert error.operation == operation and error.status == 503
     assert lakefs_conn["password"] not in str(error) + repr(error)
-    lakefs_controls.clear_faults()
+    lakefence_controls.clear_faults()
     after = publications_on_top_of(repo, input_commit)
     if call.scenario == "replace":
         # Try 1's abandoned publication stays until a later try can replace it; nothing stacked.
@@ -289,18 +289,18 @@ def test_connection_timeout_extra(
 
 
 def test_a_write_past_the_timeout_is_an_unknown_outcome(
-    short_timeout: None, lakefs_repo: lakefs.Repository, lakefs_controls: Any
+    short_timeout: None, lakefence_repo: lakefs.Repository, lakefence_controls: Any
 ) -> None:
     """The connection's ``timeout`` reaches every request: a write answered too late is not waited for."""
-    lakefs_controls.add_fault("createBranch", delay=DELAY, when="after")
+    lakefence_controls.add_fault("createBranch", delay=DELAY, when="after")
     started = time.monotonic()
     with pytest.raises(LakeFSUnavailableError) as info:
-        LakeFSHook().client.create_branch(lakefs_repo.id, "late", "main")
+        LakeFSHook().client.create_branch(lakefence_repo.id, "late", "main")
     assert time.monotonic() - started < DELAY
     assert info.value.operation == "create_branch" and info.value.status is None  # no answer
     # It did happen, once the delayed answer's call completes: the outcome was unknown, not negative.
     deadline = time.monotonic() + DELAY + 30
-    while "late" not in [b.id for b in lakefs_repo.branches()]:
+    while "late" not in [b.id for b in lakefence_repo.branches()]:
         assert time.monotonic() < deadline, "the late createBranch never landed"
         time.sleep(0.05)
 

@@ -228,14 +228,19 @@ def test_dirty_target_refuses_the_merge_as_a_race(race: Race) -> None:
     assert head.parents == (race.input_commit,) and head.metadata.get("writer") == "foreign"
 
 
-def test_commit_on_top_of_a_replacement_is_not_a_race(race: Race) -> None:
-    """A writer that commits right after the reset builds on the replacement: the publish stands."""
+def _replacement_with_a_foreign_commit_at(race: Race, point: str) -> tuple[dict[str, Outcome], Verdict]:
+    """Try 1 dies after publishing; try 2 replaces it while a foreign writer commits at ``point``."""
     race.start(1, crash_at="after_verify")
     race.attempts["try1"].wait()
-    race.start(2, waits={"after_publish_action": ["foreign", "foreign_commit"]})
-    race.foreign_steps((["try2", "point", "after_publish_action"], "commit"))
+    race.start(2, waits={point: ["foreign", "foreign_commit"]})
+    race.foreign_steps((["try2", "point", point], "commit"))
     race.registry.new_try(race.key.dag_id, race.key.run_id, race.key.task_id)
-    outcomes, verdict = race.finish("try2")
+    return race.finish("try2")
+
+
+def test_commit_on_top_of_a_replacement_is_not_a_race(race: Race) -> None:
+    """A writer that commits right after the reset builds on the replacement: the publish stands."""
+    outcomes, verdict = _replacement_with_a_foreign_commit_at(race, "after_publish_action")
     assert verdict.ok and not verdict.holes, verdict
     assert outcomes["try2"].succeeded and _decisions(race.registry, "try2")[-1] == "replace"
     head = History(race.repo).commit(History(race.repo).head())
@@ -251,12 +256,7 @@ def test_hole_hard_reset_drops_a_foreign_commit_in_its_window(race: Race) -> Non
     lakeFS offers no compare-and-swap on a branch: verification cannot see this (HEAD is what was
     set). The checker finds it from the foreign writer's acknowledgements and names it.
     """
-    race.start(1, crash_at="after_verify")
-    race.attempts["try1"].wait()
-    race.start(2, waits={"after_publish_read": ["foreign", "foreign_commit"]})
-    race.foreign_steps((["try2", "point", "after_publish_read"], "commit"))
-    race.registry.new_try(race.key.dag_id, race.key.run_id, race.key.task_id)
-    outcomes, verdict = race.finish("try2")
+    outcomes, verdict = _replacement_with_a_foreign_commit_at(race, "after_publish_read")
     assert verdict.ok, verdict
     assert verdict.holes == ["hard_reset_dropped_foreign_commit"]
     assert outcomes["try2"].succeeded

@@ -27,7 +27,7 @@ from tests.reliability.registry import AttemptRegistry
 @pytest.mark.usefixtures("airflow_db")
 def test_secret_absent_from_a_successful_publish(
     dags: Any,
-    lakefs_repo: lakefs.Repository,
+    lakefence_repo: lakefs.Repository,
     lakefs_conn: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
@@ -43,18 +43,18 @@ def test_secret_absent_from_a_successful_publish(
         return original_submit(hook, application, **kwargs)
 
     monkeypatch.setattr(SparkSubmitHook, "submit", observe_submit)
-    input_commit = commit_files(lakefs_repo, "main", {"in/data.txt": "input"}, "seed input")
+    input_commit = commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")
     job = {"files": {"out/a.txt": "A"}, "dump_argv": True}
     dr = run_dag(
-        dags.workspace_dag, {"repository": lakefs_repo.id, "target": "main", "input_ref": input_commit, "job": job}
+        dags.workspace_dag, {"repository": lakefence_repo.id, "target": "main", "input_ref": input_commit, "job": job}
     )
     assert dr.state == "success"
 
     # The secret did reach the job, through its environment only.
     (call,) = submitted
     assert call["env"]["LAKEFS_SECRET_ACCESS_KEY"] == secret
-    assert read_text(lakefs_repo, "main", "debug/env_has_secret.txt") == "True"
-    argv_seen_by_job = json.loads(read_text(lakefs_repo, "main", "debug/argv.json"))
+    assert read_text(lakefence_repo, "main", "debug/env_has_secret.txt") == "True"
+    argv_seen_by_job = json.loads(read_text(lakefence_repo, "main", "debug/argv.json"))
     assert any(arg.startswith("spec=") for arg in argv_seen_by_job)
     for text in (json.dumps(call["argv"]), call["logged"], json.dumps(argv_seen_by_job)):
         assert secret not in text
@@ -63,7 +63,7 @@ def test_secret_absent_from_a_successful_publish(
     values = xcoms(dr, "publish")
     assert secret not in json.dumps(values)
     for ref in (values["output_ref"], values["staged_commit"]):
-        commit = lakefs_repo.commit(ref).get_commit()
+        commit = lakefence_repo.commit(ref).get_commit()
         assert secret not in json.dumps(commit.metadata) + commit.message + commit.committer
 
     # Rendered template fields (env_vars and conf are templated; Airflow stores them).

@@ -5,7 +5,7 @@ triggerer; the metadata database on PostgreSQL), the session's lakeFS, the fake 
 The task processes are real forks with heartbeats, so clearing or marking a running task instance makes the supervisor
 SIGTERM it (``on_kill``) a few seconds later, exactly as in production.
 
-The jobs (tests/scheduler/sched_job.py) drop a ``.started`` file in a signal directory as soon as
+The jobs (tests/stack/sched_job.py) drop a ``.started`` file in a signal directory as soon as
 they run, so "mid-Spark" is an observed fact, not a guess from the clock.
 """
 
@@ -32,6 +32,7 @@ from tests.stack.tier import (
     read_text,
     record_of,
     run_backfill,
+    scenario,
     staging_branches,
     task_processes,
     timestamp,
@@ -53,22 +54,20 @@ def _print_figures(airflow_stack: AirflowStack) -> Iterator[None]:
     print("\nreal-scheduler figures:", json.dumps({k: round(v, 2) for k, v in FIGURES.items()}))
 
 
-def repository(lakefs_server: Any, name: str) -> lakefs.Repository:
-    return tier_repository(lakefs_server.client(), name)
+def repository(lakefence_server: Any, name: str) -> lakefs.Repository:
+    return tier_repository(lakefence_server.client(), name)
 
 
 # -- 1. clear a running fenced task mid-Spark ---------------------------------------------------
 
 
 def test_clear_mid_spark_only_the_new_try_publishes(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Clearing try 1 while its Spark job runs: try 1 never publishes, try 2 does, within 30 s of the clear."""
-    api, dag_id = airflow_stack.api, "lf_sched_clear"
-    assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_clear", repository(lakefence_server, "lf-sched-clear"), tmp_path
+    )
     job = signals.job_spec(
         files={"tables/clear/part-0.txt": "rows"}, stamp_path="tables/clear/stamp.txt", sleep_by_try={"1": 600}
     )
@@ -119,7 +118,7 @@ def test_clear_mid_spark_only_the_new_try_publishes(
 
 
 def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_promptly(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Try 1 is cleared after its job, before attempt fence #1 (conf ``after_job``), before the kill.
 
@@ -127,11 +126,9 @@ def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_p
     kill instead of failing at once, so the restarting task instance is not sent to up_for_retry
     (300 s retry delay): try 2 starts within 30 s and is the only one to publish.
     """
-    api, dag_id = airflow_stack.api, "lf_sched_clear"
-    assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_clear", repository(lakefence_server, "lf-sched-clear"), tmp_path
+    )
     job = signals.job_spec(files={"tables/clear/part-0.txt": "rows again"}, stamp_path="tables/clear/stamp.txt")
     api.unpause(dag_id)
     with HeadRecorder(repo, "main") as heads:
@@ -155,7 +152,7 @@ def test_clear_between_job_and_fence_the_fence_stops_it_and_the_new_try_starts_p
 
 
 def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_delay(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """The control of the test above: with ``stale_grace_period=0`` the stale try raises before the kill.
 
@@ -164,7 +161,7 @@ def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_d
     """
     api, dag_id = airflow_stack.api, "lf_sched_clear_no_grace"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-clear")
+    repo = repository(lakefence_server, "lf-sched-clear")
     base = repo.branch("no-grace").get_commit().id
     task = api.request("GET", f"/dags/{dag_id}/tasks/publish")
     assert task["retry_delay"]["days"] == 0 and task["retry_delay"]["seconds"] == 300, task["retry_delay"]
@@ -188,7 +185,7 @@ def test_control_without_the_grace_period_the_cleared_task_waits_for_the_retry_d
 
 
 def test_marked_failed_and_marked_success_mid_run_publish_nothing(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Running tries marked failed or success stop without publishing, and the marks stand.
 
@@ -199,7 +196,7 @@ def test_marked_failed_and_marked_success_mid_run_publish_nothing(
     """
     api, dag_id = airflow_stack.api, "lf_sched_mark"
     assert api is not None
-    repo = repository(lakefs_server, "lf-sched-mark")
+    repo = repository(lakefence_server, "lf-sched-mark")
     targets = {
         "publish_mark_failed": "mark-failed",
         "publish_mark_success": "mark-success",
@@ -261,14 +258,12 @@ def test_marked_failed_and_marked_success_mid_run_publish_nothing(
 
 
 def test_retry_after_publishing_replaces_the_publication(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """Try 1 dies right after its merge (``after_verify=exit``); Airflow retries; try 2 replaces the merge."""
-    api, dag_id = airflow_stack.api, "lf_sched_retry"
-    assert api is not None
-    repo = repository(lakefs_server, "lf-sched-retry")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_retry", repository(lakefence_server, "lf-sched-retry"), tmp_path
+    )
     job = signals.job_spec(files={"tables/retry/part-0.txt": "rows"}, stamp_path="tables/retry/stamp.txt")
     api.unpause(dag_id)
     with HeadRecorder(repo, "main") as heads:
@@ -300,14 +295,12 @@ def test_retry_after_publishing_replaces_the_publication(
 
 
 def test_backfill_publishes_once_per_run_in_logical_date_order(
-    airflow_stack: AirflowStack, lakefs_server: Any, tmp_path: Path
+    airflow_stack: AirflowStack, lakefence_server: Any, tmp_path: Path
 ) -> None:
     """A 5-date backfill through the 1-slot pool: linear history, one publication per run, in date order."""
-    api, dag_id = airflow_stack.api, "lf_sched_backfill"
-    assert api is not None
-    repo = repository(lakefs_server, "lf-sched-backfill")
-    base = repo.branch("main").get_commit().id
-    signals = Signals(tmp_path)
+    api, dag_id, repo, base, signals = scenario(
+        airflow_stack, "lf_sched_backfill", repository(lakefence_server, "lf-sched-backfill"), tmp_path
+    )
     job = signals.job_spec(files={"tables/daily/part-0.txt": "rows"}, stamp_path="tables/daily/stamp.txt")
     started = time.monotonic()
     with HeadRecorder(repo, "main") as heads:

@@ -23,7 +23,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from tests.conftest import DAGS_FOLDER, load_dag_module
+from tests.conftest import DAGS_FOLDER, fresh_dag_module
 
 HERE = Path(__file__).resolve().parent
 if not (DAGS_FOLDER / "sparkdags").exists():
@@ -31,19 +31,17 @@ if not (DAGS_FOLDER / "sparkdags").exists():
 
 
 @pytest.fixture
-def gateway_lakefs(lakefs_server: Any) -> Any:
+def gateway_lakefs(lakefence_server: Any) -> Any:
     """The session's lakeFS, if it serves the S3 gateway (a real lakeFS); skip otherwise."""
-    if lakefs_server.is_local:
+    if lakefence_server.is_local:
         pytest.skip("S3A needs the real lakeFS's S3 gateway (--lakefs-backend=real or LAKEFENCE_TEST_LAKEFS_*)")
-    return lakefs_server
+    return lakefence_server
 
 
 @pytest.fixture
 def s3a_dags() -> Any:
     """tests/spark/dags/s3a_dags.py, with the failures of earlier tests forgotten."""
-    module = load_dag_module("sparkdags/s3a_dags.py")
-    module.FAILURES.clear()
-    return module
+    return fresh_dag_module("sparkdags/s3a_dags.py")
 
 
 def seed_events(repo: lakefs.Repository, rows: int, files: int = 2) -> str:

@@ -40,29 +40,29 @@ def _daily_counts(repo: lakefs.Repository, ref: str) -> dict[str, int]:
 def test_example_job_reads_the_pinned_commit_through_s3a(
     mode: str,
     s3a_dags: Any,
-    lakefs_repo: lakefs.Repository,
+    lakefence_repo: lakefs.Repository,
     gateway_lakefs: Any,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    input_commit = seed_events(lakefs_repo, ROWS)
+    input_commit = seed_events(lakefence_repo, ROWS)
     dag = s3a_dags.example_direct_dag if mode == "direct" else s3a_dags.example_workspace_dag
-    run_conf = {"repository": lakefs_repo.id, "input_ref": input_commit, "event_log_dir": tmp_path.as_uri()}
+    run_conf = {"repository": lakefence_repo.id, "input_ref": input_commit, "event_log_dir": tmp_path.as_uri()}
     dr = dag.test(run_conf=run_conf)
     output = "".join(capfd.readouterr())
     assert dr.state == "success", s3a_dags.FAILURES
 
     values = xcoms(dr, "publish")
-    head = lakefs_repo.branch("main").get_commit()
+    head = lakefence_repo.branch("main").get_commit()
     assert values["decision"] == "merge" and values["output_ref"] == head.id
     assert head.parents == [input_commit, values["staged_commit"]]
     assert decode_metadata(head.metadata).role == "publish"  # type: ignore[union-attr]
-    paths, rows = parquet_rows(lakefs_repo, head.id, "tables/daily_counts/")
+    paths, rows = parquet_rows(lakefence_repo, head.id, "tables/daily_counts/")
     # One part file and nothing else: no _SUCCESS, no _temporary, no directory markers.
     assert len(paths) == 1 and paths[0].startswith("tables/daily_counts/part-") and paths[0].endswith(".parquet")
     assert rows == 7
-    assert sum(_daily_counts(lakefs_repo, head.id).values()) == ROWS
-    assert staging_branches(lakefs_repo) == []
+    assert sum(_daily_counts(lakefence_repo, head.id).values()) == ROWS
+    assert staging_branches(lakefence_repo) == []
 
     # The job read with Spark through S3A; the task log holds the job's output and the logged
     # spark-submit command, and neither holds the secret.
@@ -72,12 +72,12 @@ def test_example_job_reads_the_pinned_commit_through_s3a(
     logs = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(logs) == 1
     event_log = logs[0].read_text()
-    assert f'"spark.lakefence.repository":"{lakefs_repo.id}"' in event_log.replace(" ", "")
+    assert f'"spark.lakefence.repository":"{lakefence_repo.id}"' in event_log.replace(" ", "")
     assert gateway_lakefs.secret_access_key not in event_log
 
 
 def test_the_example_dag_reads_and_writes_through_s3a(
-    lakefs_client: lakefs.Client, lakefs_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
+    lakefence_client: lakefs.Client, lakefence_repo: lakefs.Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """dags_examples/example_fenced_publish.py itself, S3A flavour, on real lakeFS: published once, counts exact."""
     import importlib.util
@@ -88,12 +88,12 @@ def test_the_example_dag_reads_and_writes_through_s3a(
     from tests.conftest import DAGS_FOLDER
 
     monkeypatch.setenv("LAKEFENCE_EXAMPLE_S3A", "1")
-    monkeypatch.setenv("LAKEFENCE_EXAMPLE_REPOSITORY", lakefs_repo.id)
+    monkeypatch.setenv("LAKEFENCE_EXAMPLE_REPOSITORY", lakefence_repo.id)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     Pool.create_or_update_pool(
-        f"lakefs_{lakefs_repo.id}_main", slots=1, description="one writer", include_deferred=False
+        f"lakefs_{lakefence_repo.id}_main", slots=1, description="one writer", include_deferred=False
     )
-    input_commit = seed_events(lakefs_repo, ROWS)
+    input_commit = seed_events(lakefence_repo, ROWS)
     # A module of its own: the example reads its flavour from the environment at import time.
     spec = importlib.util.spec_from_file_location(
         "lakefence_example_s3a", DAGS_FOLDER / "examples" / "example_fenced_publish.py"
@@ -107,11 +107,11 @@ def test_the_example_dag_reads_and_writes_through_s3a(
     dr = example.dag.test()
     assert dr.state == "success"
     values = xcoms(dr, "daily_counts")
-    head = lakefs_repo.branch("main").get_commit()
+    head = lakefence_repo.branch("main").get_commit()
     assert values["decision"] == "merge" and values["output_ref"] == head.id
     assert values["input_ref"] == input_commit and head.parents == [input_commit, values["staged_commit"]]
-    paths, rows = parquet_rows(lakefs_repo, head.id, "tables/daily_counts/")
+    paths, rows = parquet_rows(lakefence_repo, head.id, "tables/daily_counts/")
     assert paths and all(p.endswith(".parquet") for p in paths) and rows == 7  # one row a day
-    assert sum(_daily_counts(lakefs_repo, head.id).values()) == ROWS
+    assert sum(_daily_counts(lakefence_repo, head.id).values()) == ROWS
     assert sum(xcoms(dr, "report")["return_value"].values()) == ROWS
-    assert staging_branches(lakefs_repo) == []
+    assert staging_branches(lakefence_repo) == []

@@ -53,27 +53,27 @@ def _assert_published(repo: lakefs.Repository, ref: str, files: int) -> None:
 def test_cluster_publishes_despite_spark_retries_and_never_shows_the_secret(
     s3a_dags: Any,
     spark_cluster_conn: SparkCluster,
-    lakefs_repo: lakefs.Repository,
+    lakefence_repo: lakefs.Repository,
     gateway_lakefs: Any,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     secret = gateway_lakefs.secret_access_key
-    input_commit = seed_events(lakefs_repo, ROWS)
+    input_commit = seed_events(lakefence_repo, ROWS)
     dump = tmp_path / "dump"
     probe = {"partitions": 3, "fail_first_job": True, "fail_first_attempt": True, "dump_dir": str(dump)}
-    dr = _run(s3a_dags, lakefs_repo, input_commit, tmp_path, probe)
+    dr = _run(s3a_dags, lakefence_repo, input_commit, tmp_path, probe)
     output = "".join(capfd.readouterr())
     assert dr.state == "success", s3a_dags.FAILURES
 
     values = xcoms(dr, "publish")
-    head = lakefs_repo.branch("main").get_commit()
+    head = lakefence_repo.branch("main").get_commit()
     assert values["decision"] == "merge" and head.id == values["output_ref"]
     assert head.parents == [input_commit, values["staged_commit"]]
     # A failed Spark job and a failed task attempt, both after writing: only the 3 files of the
     # successful attempts reach the published commit.
-    _assert_published(lakefs_repo, head.id, 3)
-    assert staging_branches(lakefs_repo) == []
+    _assert_published(lakefence_repo, head.id, 3)
+    assert staging_branches(lakefence_repo) == []
     assert "probe: first write failed as planned" in output
     # The failed job's task files and _temporary tree are gone (S3A keeps only an empty directory
     # marker, which the overwrite of the second write removes).
@@ -92,7 +92,7 @@ def test_cluster_publishes_despite_spark_retries_and_never_shows_the_secret(
     # The live UI's REST API: the Hadoop configuration holds the lakeFS keys, redacted.
     environment = json.loads((dump / "environment.json").read_text())
     hadoop = dict(environment["hadoopProperties"])
-    bucket = f"fs.s3a.bucket.{lakefs_repo.id}"
+    bucket = f"fs.s3a.bucket.{lakefence_repo.id}"
     assert hadoop[f"{bucket}.endpoint"] == gateway_lakefs.url
     assert hadoop[f"{bucket}.secret.key"] != secret and "redacted" in hadoop[f"{bucket}.secret.key"]
     assert secret not in (dump / "environment.json").read_text()
@@ -113,45 +113,45 @@ def test_cluster_publishes_despite_spark_retries_and_never_shows_the_secret(
 
 
 def test_cluster_crash_after_publish_is_replaced_by_the_retry(
-    s3a_dags: Any, spark_cluster_conn: SparkCluster, lakefs_repo: lakefs.Repository, tmp_path: Path
+    s3a_dags: Any, spark_cluster_conn: SparkCluster, lakefence_repo: lakefs.Repository, tmp_path: Path
 ) -> None:
-    input_commit = seed_events(lakefs_repo, ROWS)
-    abandoned = die_after_publishing(lakefs_repo)
-    dr = _run(s3a_dags, lakefs_repo, input_commit, tmp_path, {"partitions": 2})
+    input_commit = seed_events(lakefence_repo, ROWS)
+    abandoned = die_after_publishing(lakefence_repo)
+    dr = _run(s3a_dags, lakefence_repo, input_commit, tmp_path, {"partitions": 2})
     assert dr.state == "success", s3a_dags.FAILURES
     assert ti_state(dr, "publish") == ("success", 2)
-    first = lakefs_repo.commit(abandoned[0]).get_commit()
+    first = lakefence_repo.commit(abandoned[0]).get_commit()
     assert decode_metadata(first.metadata).attempt.try_number == 1  # type: ignore[union-attr]
     values = xcoms(dr, "publish")
-    head = lakefs_repo.branch("main").get_commit()
+    head = lakefence_repo.branch("main").get_commit()
     assert values["decision"] == "replace"
     assert head.id == values["output_ref"] == values["staged_commit"] != first.id
     # Replaced, not stacked: the retry's commit sits directly on the input.
     assert head.parents == [input_commit]
-    assert [c.id for c in lakefs_repo.branch("main").log(max_amount=2)] == [head.id, input_commit]
-    _assert_published(lakefs_repo, head.id, 2)
-    assert staging_branches(lakefs_repo) == []
+    assert [c.id for c in lakefence_repo.branch("main").log(max_amount=2)] == [head.id, input_commit]
+    _assert_published(lakefence_repo, head.id, 2)
+    assert staging_branches(lakefence_repo) == []
 
 
 def test_cluster_fails_closed_when_the_target_moves_during_the_job(
-    s3a_dags: Any, spark_cluster_conn: SparkCluster, lakefs_repo: lakefs.Repository, tmp_path: Path
+    s3a_dags: Any, spark_cluster_conn: SparkCluster, lakefence_repo: lakefs.Repository, tmp_path: Path
 ) -> None:
-    input_commit = seed_events(lakefs_repo, ROWS)
+    input_commit = seed_events(lakefence_repo, ROWS)
     foreign: list[str] = []
 
     def racer() -> None:
         if not foreign:
-            foreign.append(commit_files(lakefs_repo, "main", {"other.txt": "x"}, "racer"))
+            foreign.append(commit_files(lakefence_repo, "main", {"other.txt": "x"}, "racer"))
 
     failpoints.arm("after_job", racer)
     # No Airflow retry: the one try's own failure and staging branch are what is asserted.
-    dr = _run(s3a_dags, lakefs_repo, input_commit, tmp_path, {"partitions": 2}, s3a_dags.cluster_probe_once_dag)
+    dr = _run(s3a_dags, lakefence_repo, input_commit, tmp_path, {"partitions": 2}, s3a_dags.cluster_probe_once_dag)
     assert dr.state == "failed"
     error = s3a_dags.FAILURES[("lf_s3a_cluster_probe_once", 1)]
     assert type(error) is PublishFenceError
-    assert lakefs_repo.branch("main").get_commit().id == foreign[0]
+    assert lakefence_repo.branch("main").get_commit().id == foreign[0]
     # The staging branch the executors wrote is kept as evidence, with their output.
-    assert error.staging_branch in staging_branches(lakefs_repo)
-    marker = lakefs_repo.branch(error.staging_branch).get_commit()
+    assert error.staging_branch in staging_branches(lakefence_repo)
+    marker = lakefence_repo.branch(error.staging_branch).get_commit()
     assert marker.metadata["lakefence.evidence"] == "PublishFenceError"
-    _assert_published(lakefs_repo, marker.id, 2)
+    _assert_published(lakefence_repo, marker.id, 2)

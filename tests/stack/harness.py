@@ -3,7 +3,7 @@
 The base of the real-scheduler tier (tests/scheduler) and the Celery tier (tests/celery, which adds
 Redis and Celery workers). :class:`AirflowStack` makes a throw-away ``AIRFLOW_HOME`` whose metadata
 database is a database of its own on PostgreSQL, as in production (the test process's throw-away
-cluster, :func:`airflow_lakefence.testing.postgres.shared_cluster`, unless given a URL), uses the
+cluster, :func:`tests.tools.postgres.shared_cluster`, unless given a URL), uses the
 LocalExecutor, puts the given DAG
 files into its dags folder, migrates the database, starts the four components as subprocesses on
 free loopback ports, waits until the health endpoint reports all of them healthy, and gives a
@@ -37,7 +37,7 @@ import httpx
 import psutil
 from cryptography.fernet import Fernet
 
-from airflow_lakefence.testing.postgres import PostgresCluster, shared_cluster
+from tests.tools.postgres import PostgresCluster, shared_cluster
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Every process the stack starts carries this variable (value: the stack's id), so teardown finds
@@ -457,14 +457,8 @@ class AirflowStack:
             self.api.close()
             self.api = None
         for proc in self.processes.values():
-            _signal_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.processes.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            signal_group(proc.pid, signal.SIGTERM)
+        wait_or_kill_groups(self.processes.values(), time.monotonic() + 15)
         self.processes.clear()
         leftovers = self.kill_leftovers()
         for log in self._log_files:
@@ -507,19 +501,34 @@ class AirflowStack:
         if not self.logs.exists():
             return
         print(f"\n===== Airflow home {self.home} =====")
-        for path in sorted(self.logs.rglob("*")):
-            if not path.is_file():
-                continue
-            try:
-                lines = path.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
-            print(f"\n===== {path.relative_to(self.home)} (last {tail} of {len(lines)} lines) =====")
-            print("\n".join(lines[-tail:]))
+        print_log_tails(self.logs.rglob("*"), self.home, tail)
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal a process group, ignoring one that is gone."""
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def wait_or_kill_groups(processes: Iterable[subprocess.Popen[bytes]], deadline: float) -> None:
+    """Wait for each process until ``deadline`` (``time.monotonic()``), then SIGKILL its process group."""
+    for proc in processes:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def print_log_tails(paths: Iterable[Path], base: Path, tail: int, label: str = "") -> None:
+    """Print the last ``tail`` lines of each log file among ``paths`` (named relative to ``base``)."""
+    for path in sorted(paths):
+        try:
+            lines = path.read_text(errors="replace").splitlines() if path.is_file() else None
+        except OSError:
+            continue
+        if lines is not None:
+            print(f"\n===== {label}{path.relative_to(base)} (last {tail} of {len(lines)} lines) =====")
+            print("\n".join(lines[-tail:]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.testing.postgres import PostgresCluster, PostgresError, postgres_bindir
+from tests.tools.postgres import PostgresCluster, PostgresError, postgres_bindir
 
 pytestmark = pytest.mark.skipif(postgres_bindir() is None, reason="PostgreSQL's server binaries are not installed")
 

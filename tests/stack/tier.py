@@ -1,8 +1,11 @@
-"""What the real-scheduler and Celery tiers share: the stack's fixture life cycle, and the helpers their tests use.
+"""What the stack tiers (real scheduler, Celery, and benchmarks/backfill_throughput.py) share: the
+stack's fixture life cycle, and the helpers their tests use.
 
-- :func:`remember_report` / :func:`failed_so_far`: each phase's report kept on the item, so a fixture
-  knows whether its test failed (and dumps the stack's logs, keeps its home).
-- :func:`create_repositories`, :func:`lakefs_connection`: the lakeFS side of a tier's set-up.
+- :func:`stack_tier_hooks`: a tier conftest's report hook (each phase's report kept on the item,
+  the tier's measured figures riding on it) and its autouse fixture that dumps the stack's logs
+  after a failed test (:func:`remember_report` / :func:`failed_so_far`).
+- :func:`create_repositories`, :func:`lakefs_connection`, :func:`one_slot_pools`: the lakeFS side
+  of a tier's set-up.
 - :func:`running_stack`: start a stack, wait for its DAGs, stop it at the end (logs dumped and home
   kept after a failure), and check that nothing it started survives.
 - Helpers of the tests: :class:`Signals` (the job's ``.started``/``.done`` files), :class:`HeadRecorder`
@@ -20,10 +23,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lakefs
 import psutil
@@ -49,6 +52,56 @@ def remember_report(item: pytest.Item, report: pytest.TestReport) -> None:
 def failed_so_far(node: pytest.Item) -> bool:
     """Whether any phase of the test failed so far."""
     return any(report.failed for report in node.stash.get(REPORTS, {}).values())
+
+
+def stack_tier_hooks(
+    tier: str, figures: Callable[[pytest.Item], Mapping[str, Any] | None], stack_fixture: str, *, session_wide: bool
+) -> tuple[Any, Any]:
+    """A tier conftest's ``pytest_runtest_makereport`` hook and its autouse log-dumping fixture.
+
+    The hook keeps each phase's report on the item (so a fixture can tell whether its test failed) and
+    lets the tier's figures ride on the report: tests/conftest.py prints them in the terminal summary
+    (under pytest-xdist the tier runs in a worker; only reports reach the main process). The fixture
+    dumps the stack's logs after a failed test and marks the failure (:data:`FAILED`) on the session
+    (``session_wide``: one stack for the tier) or on the module (a stack per module).
+
+    :param tier: the tier's name in the summary.
+    :param figures: the figures measured so far, given the test item.
+    :param stack_fixture: the name of the tier's stack fixture.
+    """
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+        from tests.conftest import TIER_FIGURES_PROPERTY  # not at import: benchmarks use this module too
+
+        report = yield
+        remember_report(item, report)
+        measured = figures(item)
+        if measured:
+            report.user_properties.append((f"{TIER_FIGURES_PROPERTY}{tier}", json.dumps(measured)))
+        return report
+
+    @pytest.fixture(autouse=True)
+    def dump_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+        stack = request.getfixturevalue(stack_fixture)
+        yield
+        if failed_so_far(request.node):
+            failed_on(request, session_wide).stash[FAILED] = True
+            stack.dump_logs()
+
+    return pytest_runtest_makereport, dump_logs_on_failure
+
+
+def failed_on(request: pytest.FixtureRequest, session_wide: bool) -> Any:
+    """Where a tier marks a failed test: the session, or the test's module."""
+    return request.session if session_wide else request.node.parent
+
+
+def one_slot_pools(targets: Mapping[str, tuple[str, Iterable[str]]]) -> dict[str, int]:
+    """One 1-slot pool per target branch of ``targets`` (``{dag_id: (repository, branches)}``)."""
+    from tests.dags.dag_factory import stack_pool_name  # imports Airflow: not at this module's import
+
+    return {stack_pool_name(repo, target): 1 for repo, branches in targets.values() for target in branches}
 
 
 def lakefs_connection(endpoint: str, access_key_id: str, secret_access_key: str) -> dict[str, dict[str, Any]]:
@@ -126,7 +179,7 @@ def running_stack(stack: AirflowStack, dag_ids: Iterable[str], failed: Any) -> I
 
 
 class Signals:
-    """The ``.started`` / ``.done`` files the test jobs write (see tests/scheduler/sched_job.py)."""
+    """The ``.started`` / ``.done`` files the test jobs write (see tests/stack/sched_job.py)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -184,6 +237,23 @@ class HeadRecorder:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+class Scenario(NamedTuple):
+    """What a stack scenario starts from."""
+
+    api: AirflowAPI
+    dag_id: str
+    repo: lakefs.Repository
+    #: The target's HEAD before the scenario.
+    base: str
+    signals: Signals
+
+
+def scenario(stack: AirflowStack, dag_id: str, repo: lakefs.Repository, tmp_path: Path) -> Scenario:
+    """Start a scenario on a running stack: its API, the DAG, the repository, ``main``'s HEAD, the job's signals."""
+    assert stack.api is not None
+    return Scenario(stack.api, dag_id, repo, repo.branch("main").get_commit().id, Signals(tmp_path))
 
 
 def repository(client: Any, name: str) -> lakefs.Repository:

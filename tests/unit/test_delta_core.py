@@ -21,6 +21,7 @@ from airflow_lakefence.exceptions import (
     LakeFenceError,
     PublishFenceError,
 )
+from tests.integration.helpers import python_task
 
 ROOT = "tables/events/"
 LOG = ROOT + "_delta_log/"
@@ -274,26 +275,7 @@ def test_the_branch_wide_fence_keeps_its_prefixes_and_no_scope() -> None:
 
 
 def test_the_operator_accepts_a_scoped_task_whose_write_set_is_its_tables() -> None:
-    from airflow_lakefence.operators import FencedPythonPublishOperator
-
-    task = FencedPythonPublishOperator(
-        task_id="t",
-        python_callable=lambda: None,
-        repository="repo",
-        target_branch="main",
-        input_ref="main",
-        write_mode="direct",
-        fence_scope="prefixes",
-        output_tables=["tables/a"],
-    )
+    task = python_task(write_mode="direct", fence_scope="prefixes", output_tables=["tables/a"])
     assert task.fence_scope == "prefixes"
     with pytest.raises(InvalidInputError, match="needs output_prefixes"):
-        FencedPythonPublishOperator(
-            task_id="u",
-            python_callable=lambda: None,
-            repository="repo",
-            target_branch="main",
-            input_ref="main",
-            write_mode="direct",
-            fence_scope="prefixes",
-        )
+        python_task(write_mode="direct", fence_scope="prefixes")

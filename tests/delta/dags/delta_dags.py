@@ -20,16 +20,18 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pendulum
 from airflow.sdk import DAG, Asset
 
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package, delta_table
 from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator
+
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folders are not packages.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dags"))
+from dag_factory import failure_recording_dag
 
 HERE = Path(__file__).resolve().parent
 JOB = str(HERE.parents[2] / "dags_examples" / "jobs" / "delta_events.py")
@@ -54,19 +56,8 @@ SPARK_CONF = {
 }
 
 
-def _record_failure(context: Any) -> None:
-    ti = context["ti"]
-    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
-
-
 def _dag(dag_id: str, retries: int = 0) -> DAG:
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
-    )
+    return failure_recording_dag(dag_id, FAILURES, retries, native=False)
 
 
 def _events(conn_id: str = "spark_local", **kwargs: Any) -> FencedSparkPublishOperator:

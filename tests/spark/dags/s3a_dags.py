@@ -8,14 +8,15 @@ The Spark connections: ``spark_local`` (``local[2]``, tests/conftest.py) and ``s
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-import pendulum
 from airflow.sdk import DAG
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
+
+# The one shared factory (tests/dags/dag_factory.py), by path: the dags folders are not packages.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dags"))
+from dag_factory import failure_recording_dag
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE_JOB = str(HERE.parents[2] / "dags_examples" / "jobs" / "daily_counts.py")
@@ -23,6 +24,11 @@ PROBE_JOB = str(HERE.parent / "jobs" / "probe_job.py")
 
 #: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
 FAILURES: dict[tuple[str, int], BaseException] = {}
+
+
+def _dag(dag_id: str, retries: int = 0) -> DAG:
+    return failure_recording_dag(dag_id, FAILURES, retries, native=False)
+
 
 # What a DAG author writes for S3A: `s3a=True` and the job's own tuning, nothing about endpoints,
 # keys or the hadoop-aws coordinate.
@@ -44,20 +50,6 @@ SPARK_CONF = {
     "spark.task.maxFailures": "2",
 }
 
-
-def _record_failure(context: Any) -> None:
-    ti = context["ti"]
-    FAILURES[(ti.dag_id, ti.try_number)] = context["exception"]
-
-
-def _dag(dag_id: str, retries: int = 0) -> DAG:
-    return DAG(
-        dag_id,
-        schedule=None,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_failure_callback": _record_failure},
-    )
 
 
 def _fenced(conn_id: str, application: str, write_mode: str, output_prefix: str) -> FencedSparkPublishOperator:

@@ -1,4 +1,4 @@
-"""The Spark application of the real-scheduler tests (run by tests/fake_spark/spark-submit).
+"""The Spark application of the stack tiers (scheduler, Celery; run by tests/fake_spark/spark-submit).
 
 It tells the test where it is, so the test can act "mid-Spark" without guessing from the clock:
 with ``signal_dir`` set it writes ``<signal_dir>/<staging branch>.started`` (JSON: pid, try
@@ -22,13 +22,13 @@ from airflow_lakefence.core.naming import parse_staging_branch_name
 from airflow_lakefence.spark import lakefence_locations
 
 
-def _signal(signal_dir: str | None, name: str, payload: dict[str, object]) -> None:
+def write_signal(signal_dir: str | None, name: str, payload: dict[str, object]) -> None:
     if not signal_dir:
         return
     path = Path(signal_dir) / name
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
-    tmp.replace(path)  # atomic: the test never reads half a file
+    tmp.replace(path)  # atomic: the reader never sees half a file
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     try_number = info.try_number if info is not None else 0
     signal_dir = spec.get("signal_dir")
     facts = {"pid": os.getpid(), "try": try_number, "target": os.environ.get("LAKEFENCE_TARGET_BRANCH")}
-    _signal(signal_dir, f"{staging}.started", {**facts, "time": time.time()})
+    write_signal(signal_dir, f"{staging}.started", {**facts, "time": time.time()})
     target = os.environ.get("LAKEFENCE_TARGET_BRANCH", "")
     sleep = spec.get("sleep_by_target", {}).get(target, spec.get("sleep_by_try", {}).get(str(try_number), 0))
     time.sleep(float(sleep))
@@ -50,7 +50,7 @@ def main() -> None:
         target = loc.output_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    _signal(signal_dir, f"{staging}.done", {**facts, "time": time.time()})
+    write_signal(signal_dir, f"{staging}.done", {**facts, "time": time.time()})
     print("SCHED-JOB-DONE", staging, len(files))
 
 

@@ -25,7 +25,6 @@ names, not addresses), so :meth:`CeleryStack.task_log` reads them from the worke
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -39,7 +38,16 @@ from typing import Any
 import psutil
 
 from tests.celery.hostname import WORKER_NAME_ENV
-from tests.stack.harness import MARKER_ENV, AirflowStack, StackError, free_port, wait_for
+from tests.stack.harness import (
+    MARKER_ENV,
+    AirflowStack,
+    StackError,
+    free_port,
+    print_log_tails,
+    signal_group,
+    wait_for,
+    wait_or_kill_groups,
+)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -309,15 +317,10 @@ class CeleryStack(AirflowStack):
         # Everything gets SIGTERM at once (workers here, components in super().stop()): the shutdowns overlap.
         for proc in self.workers.values():
             if proc.poll() is None:
-                os_killpg(proc.pid, signal.SIGTERM)
+                signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
         leftovers = super().stop(remove_home=False)
-        for proc in self.workers.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os_killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        wait_or_kill_groups(self.workers.values(), deadline)
         self.workers.clear()
         if self.redis is not None:
             self.redis.terminate()
@@ -347,18 +350,7 @@ class CeleryStack(AirflowStack):
         super().dump_logs(tail)
         for name in self.worker_names:
             logs = self.worker_home(name) / "logs"
-            for path in sorted(logs.rglob("*.log")) if logs.exists() else []:
-                lines = path.read_text(errors="replace").splitlines()
-                print(f"\n===== {name}: {path.relative_to(logs)} (last {tail} of {len(lines)} lines) =====")
-                print("\n".join(lines[-tail:]))
-
-
-def os_killpg(pid: int, sig: signal.Signals) -> None:
-    """Signal a process group, ignoring one that is gone."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
+            print_log_tails(logs.rglob("*.log"), logs, tail, f"{name}: ")
 
 
 def settings_summary(env: Mapping[str, str]) -> dict[str, str]:

@@ -35,10 +35,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
-from airflow_lakefence.exceptions import PostgresError as PostgresError  # re-exported: its first home
+from tests.tools.processes import Started, read_log_tail
 
 BINDIR_ENV = "LAKEFENCE_POSTGRES_BINDIR"
 #: The superuser ``initdb`` creates (trust authentication: no password).
@@ -97,7 +96,11 @@ def _die_with_parent() -> None:
             pass
 
 
-class PostgresCluster:
+class PostgresError(RuntimeError):
+    """The test PostgreSQL cluster could not be found, created or started (the message says why)."""
+
+
+class PostgresCluster(Started):
     """A PostgreSQL cluster of its own, on ``127.0.0.1`` (context manager, or :meth:`start`/:meth:`stop`).
 
     :param directory: where the cluster lives (data, socket, log); default a new temporary
@@ -301,17 +304,7 @@ class PostgresCluster:
         """Return the end of the server's log (at most ``max_bytes``)."""
         if self.directory is None:
             return ""
-        from airflow_lakefence.testing.real_lakefs import read_log_tail  # real_lakefs imports this module lazily
-
         return read_log_tail(self.log_path, max_bytes=max_bytes)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 _SHARED: PostgresCluster | None = None

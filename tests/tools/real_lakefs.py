@@ -11,7 +11,7 @@ file, with its KV store (branches, commits' records, auth) either
 - ``local``: lakeFS's embedded store in the directory; the admin comes from the environment
   (``LAKEFS_INSTALLATION_*``), no setup call; quick to start; or
 - ``postgres``: a database of its own in a throw-away PostgreSQL cluster
-  (:mod:`airflow_lakefence.testing.postgres`; by default the process's shared one), as production
+  (:mod:`tests.tools.postgres`; by default the process's shared one), as production
   lakeFS runs; the admin is set up through ``POST /api/v1/setup_lakefs`` (lakeFS ignores the
   ``LAKEFS_INSTALLATION_*`` variables with PostgreSQL).
 
@@ -54,14 +54,12 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import IO, TYPE_CHECKING, Self
 
-from airflow_lakefence.exceptions import GoToolchainMissingError as GoToolchainMissingError  # re-exported
-from airflow_lakefence.exceptions import RealLakeFSError as RealLakeFSError  # re-exported
+from tests.tools.processes import Started, read_log_tail
 
 if TYPE_CHECKING:
-    from airflow_lakefence.testing.postgres import PostgresCluster
+    from tests.tools.postgres import PostgresCluster
 
 #: The lakeFS release the project is tested against (served by the Go module proxy here).
 DEFAULT_LAKEFS_VERSION = "1.86.0"
@@ -73,6 +71,16 @@ KV_ENV = "LAKEFENCE_REAL_LAKEFS_KV"
 #: The KV stores :class:`RealLakeFS` can run on.
 KV_STORES = ("local", "postgres")
 LAKEFS_MODULE = "github.com/treeverse/lakefs"
+
+
+class RealLakeFSError(RuntimeError):
+    """Real lakeFS could not be built or started (the message says why)."""
+
+
+class GoToolchainMissingError(RealLakeFSError):
+    """No ``go`` command: real lakeFS cannot be built here."""
+
+
 # The lakeFS quickstart credentials: what lakeFS examples and docs use (and the local server's default).
 DEFAULT_ACCESS_KEY_ID = "AKIAIOSFOLQUICKSTART"
 DEFAULT_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -115,22 +123,6 @@ def _go() -> str:
             f"or point {BINARY_ENV} at a lakeFS binary"
         )
     return go
-
-
-def read_log_tail(path: Path, *, since: int = 0, max_bytes: int = 20_000) -> str:
-    """Return a server log from byte ``since`` on, at most its last ``max_bytes`` bytes ("" if absent).
-
-    :param path: the log file.
-    :param since: offset to start from.
-    :param max_bytes: bound on the text returned.
-    """
-    try:
-        with open(path, "rb") as fd:
-            size = fd.seek(0, os.SEEK_END)
-            fd.seek(max(since, size - max_bytes))
-            return fd.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 def _run(args: list[str], cwd: Path, log: IO[str]) -> str:
@@ -242,7 +234,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class RealLakeFS:
+class RealLakeFS(Started):
     """A real lakeFS process: single node, local blockstore under ``data_dir``, local or PostgreSQL KV.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Repositories take storage
@@ -259,7 +251,7 @@ class RealLakeFS:
     :param log_level: lakeFS's log level.
     :param kv: ``"local"`` or ``"postgres"`` (default :func:`default_kv`).
     :param postgres: the cluster of the ``postgres`` KV store (default: the process's shared one,
-        :func:`airflow_lakefence.testing.postgres.shared_cluster`); lakeFS gets a database of its own in it.
+        :func:`tests.tools.postgres.shared_cluster`); lakeFS gets a database of its own in it.
     """
 
     def __init__(
@@ -299,14 +291,14 @@ class RealLakeFS:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def endpoint(self) -> str:
-        """The lakeFS API endpoint, ``<url>/api/v1``."""
-        return f"{self.url}/api/v1"
-
-    @property
     def pid(self) -> int | None:
         """The running process's id, or ``None``."""
         return None if self._process is None else self._process.pid
+
+    @property
+    def endpoint(self) -> str:
+        """The lakeFS API endpoint, ``<url>/api/v1``."""
+        return f"{self.url}/api/v1"
 
     def _write_config(self) -> Path:
         config = self.data_dir / "config.yaml"
@@ -344,7 +336,7 @@ class RealLakeFS:
         return f"database:\n  type: local\n  local:\n    path: {self.data_dir / 'kv'}\n    sync_writes: true\n"
 
     def _start_postgres(self) -> None:
-        from airflow_lakefence.testing.postgres import PostgresError, shared_cluster
+        from tests.tools.postgres import PostgresError, shared_cluster
 
         try:
             if self.postgres is None:
@@ -499,24 +491,16 @@ class RealLakeFS:
         """
         return read_log_tail(self.log_path, since=since, max_bytes=max_bytes)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m airflow_lakefence.testing.real_lakefs [--module DIR] [--version V]``: build (or find) lakeFS.
+    """``python -m tests.tools.real_lakefs [--module DIR] [--version V]``: build (or find) lakeFS.
 
     Prints the binary's path; CI runs it once before the tests so the build is not charged to a test.
     """
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m airflow_lakefence.testing.real_lakefs", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.tools.real_lakefs", description=main.__doc__)
     parser.add_argument("--module", help="the wrapper Go module to build (default $LAKEFENCE_LAKEFS_GO_MODULE)")
     parser.add_argument("--version", help=f"lakeFS version without a module (default {DEFAULT_LAKEFS_VERSION})")
     args = parser.parse_args(argv)

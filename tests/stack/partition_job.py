@@ -20,19 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+# Run as a script: its folder is sys.path[0].
+from sched_job import write_signal
+
 from airflow_lakefence.core.naming import parse_staging_branch_name
 from airflow_lakefence.spark import lakefence_locations
 
 BLOCK_LIMIT_S = 600.0
-
-
-def _signal(signal_dir: str | None, name: str, payload: dict[str, object]) -> None:
-    if not signal_dir:
-        return
-    path = Path(signal_dir) / name
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload))
-    tmp.replace(path)  # atomic: the reader never sees half a file
 
 
 def main() -> None:
@@ -45,7 +39,7 @@ def main() -> None:
     try_number = info.try_number if info is not None else 0
     signal_dir = spec.get("signal_dir")
     facts = {"pid": os.getpid(), "try": try_number, "date": date}
-    _signal(signal_dir, f"{staging}.started", {**facts, "time": time.time()})
+    write_signal(signal_dir, f"{staging}.started", {**facts, "time": time.time()})
     if signal_dir and date in spec.get("block_dates", []):
         unblock = Path(signal_dir) / f"{date}.unblock"
         deadline = time.monotonic() + BLOCK_LIMIT_S
@@ -55,7 +49,7 @@ def main() -> None:
     output = loc.output_path(f"{spec.get('table', 'tables/daily')}/date={date}/part-t{try_number}.txt")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(f"{date} {staging}")
-    _signal(signal_dir, f"{staging}.done", {**facts, "time": time.time()})
+    write_signal(signal_dir, f"{staging}.done", {**facts, "time": time.time()})
     print("PARTITION-JOB-DONE", staging, date)
 
 
