@@ -7,8 +7,9 @@
 * **XCom**: the keys the fenced operator writes and the monitors read (:data:`OUTPUT_REF_KEY`,
   :data:`SUPERSEDES_KEY`, :data:`EVIDENCE_KEY`), read back with ``XCom.get_one`` (by publication
   key) or ``XCom.get_value`` (by task-instance key, for the extra links).
-* **Run state**: the task's ``task_state_store`` as the engine's
-  :class:`~airflow_lakefence.core.run_state.RunStatePort` (:class:`TaskStateStoreRunState`).
+* **Liveness of the running attempt**: what each Airflow version gives the attempt fence
+  (:func:`liveness_for`): ``task_state_store`` on 3.3, the task's XCom on 3.0 to 3.2, the task
+  instance's row on 2.11.
 
 The fence (:mod:`airflow_lakefence.attempt`), the fenced operators, the cleaner, the sensors and
 the triggers go through this module. Airflow is imported inside the calls only, so importing this
@@ -21,15 +22,19 @@ from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.exceptions import LakeFenceError
+from airflow_lakefence.exceptions import StaleAttemptError
 
 __all__ = [
     "EVIDENCE_KEY",
     "OUTPUT_REF_KEY",
     "SUPERSEDES_KEY",
     "AirflowView",
+    "Liveness",
+    "TaskInstanceRowLiveness",
     "TaskSdkView",
-    "TaskStateStoreRunState",
+    "TaskStateStoreLiveness",
+    "XComLiveness",
+    "liveness_for",
     "normalise_state",
     "state_from_task_states",
     "states_by_key",
@@ -176,7 +181,7 @@ class TaskSdkView:
 
     @staticmethod
     def _xcom(name: str, key: PublicationKey) -> Any:
-        from airflow.sdk.execution_time.xcom import XCom
+        from airflow.providers.common.compat.sdk import XCom
 
         return XCom.get_one(
             key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
@@ -189,7 +194,7 @@ def xcom_value(ti_key: Any, name: str) -> Any:
     :param ti_key: the task instance's key, as Airflow hands it to an operator link.
     :param name: the XCom key.
     """
-    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.providers.common.compat.sdk import XCom
 
     return XCom.get_value(ti_key=ti_key, key=name)
 
@@ -206,45 +211,157 @@ def task_state(ti: Any, key: PublicationKey) -> str | None:
     return TaskSdkView(ti).task_state(key)
 
 
-# -- run state ------------------------------------------------------------------------------
+# -- liveness of the running attempt ----------------------------------------------------------
+
+#: The key of the attempt fence's liveness token (task_state_store on 3.3, the task's XCom on 3.0 to 3.2).
+TOKEN_KEY = "lakefence.attempt_token"
+#: The same token as an XCom key (what Airflow 3.0 to 3.2 give a running task that a new try clears).
+TOKEN_XCOM_KEY = "lakefence_attempt_token"
+RUNNING = "running"
 
 
-class TaskStateStoreRunState:
-    """The run state of one task instance, in ``context["task_state_store"]`` (Airflow 3.3): the
-    :class:`~airflow_lakefence.core.run_state.RunStatePort` of the fenced operators.
+class Liveness(Protocol):
+    """How one Airflow version tells a running attempt that it is still the current try."""
 
-    A manual clear keeps the values (they belong to the run, not to a try); deleting the DAG run
-    drops them; ``[state_store] clear_on_success`` drops them when the task succeeds.
+    def arm(self, token: str) -> None:
+        """Remember this attempt (raises when it cannot: the fence then fails closed)."""
 
-    :param context: the task's execution context.
+    def stale_reason(self, token: str) -> str | None:
+        """Why this attempt is no longer current, or ``None`` (raises when it cannot tell)."""
+
+
+class TaskStateStoreLiveness:
+    """Airflow 3.3: a token in ``task_state_store``, addressed by the task-instance id, which every
+    retry and clear archives (the server then answers 404, read back as the default); plus the state.
+
+    :param store: ``context["task_state_store"]``.
+    :param ti: the running ``RuntimeTaskInstance``.
+    :param key: the publication key.
     """
 
-    def __init__(self, context: Any) -> None:
-        self._store = context.get("task_state_store")
+    def __init__(self, store: Any, ti: Any, key: PublicationKey) -> None:
+        self.store, self.ti, self.key = store, ti, key
 
-    def get(self, key: str) -> Any:
-        """The stored value, ``None`` when absent.
+    def arm(self, token: str) -> None:
+        """Write the token (one Execution-API call).
 
-        :param key: the key.
-        :raises LakeFenceError: when the store is unavailable or does not answer (fail closed).
+        :param token: this attempt's token.
         """
-        if self._store is None:
-            raise LakeFenceError("task_state_store is not available (Airflow 3.3 or later is needed)")
-        try:
-            return self._store.get(key)
-        except Exception as exc:
-            raise LakeFenceError(f"could not read {key!r} from task_state_store: {type(exc).__name__}") from exc
+        self.store.set(TOKEN_KEY, token)
 
-    def set(self, key: str, value: Any) -> None:
-        """Store a JSON-serializable value.
+    def stale_reason(self, token: str) -> str | None:
+        """Read the token back, then the state (two Execution-API calls).
 
-        :param key: the key.
-        :param value: the value.
-        :raises LakeFenceError: when the store is unavailable or refuses the write (fail closed).
+        :param token: this attempt's token.
         """
-        if self._store is None:
-            raise LakeFenceError("task_state_store is not available (Airflow 3.3 or later is needed)")
-        try:
-            self._store.set(key, value)
-        except Exception as exc:
-            raise LakeFenceError(f"could not write {key!r} to task_state_store: {type(exc).__name__}") from exc
+        if self.store.get(TOKEN_KEY) != token:
+            return f"task instance {self.ti.id} is no longer live (cleared or retried)"
+        return _not_running(task_state(self.ti, self.key))
+
+
+class XComLiveness:
+    """Airflow 3.0 to 3.2 (no ``task_state_store``): a token in the task's own XCom. A new try
+    clears the task's XComs when it starts running and a clear moves the state away from
+    ``running``, so either invalidates the token or the state; plus the state.
+
+    :param ti: the running ``RuntimeTaskInstance``.
+    :param key: the publication key.
+    """
+
+    def __init__(self, ti: Any, key: PublicationKey) -> None:
+        self.ti, self.key = ti, key
+
+    def arm(self, token: str) -> None:
+        """Push the token (one Execution-API call).
+
+        :param token: this attempt's token.
+        """
+        self.ti.xcom_push(key=TOKEN_XCOM_KEY, value=token)
+
+    def stale_reason(self, token: str) -> str | None:
+        """Read the token back, then the state (two Execution-API calls).
+
+        :param token: this attempt's token.
+        """
+        if TaskSdkView._xcom(TOKEN_XCOM_KEY, self.key) != token:
+            return f"task instance {self.ti.id} is no longer live (a newer try started, or the task was cleared)"
+        return _not_running(task_state(self.ti, self.key))
+
+
+class TaskInstanceRowLiveness:
+    """Airflow 2.11: the task instance's own row (task code has database access there). The attempt
+    is current while the row still names its try number, job, host and pid and says ``running``: a
+    retry or a clear changes the try number (and the job and pid of the process that runs it), mark
+    success / failed the state.
+
+    :param ti: the running ``TaskInstance``.
+    """
+
+    FIELDS = ("try_number", "job_id", "hostname", "pid")
+
+    def __init__(self, ti: Any) -> None:
+        self.ti = ti
+        self._armed: tuple[Any, ...] | None = None
+
+    def _row(self) -> tuple[str | None, tuple[Any, ...]]:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = session.get(
+                TaskInstance,
+                {
+                    "dag_id": self.ti.dag_id,
+                    "task_id": self.ti.task_id,
+                    "run_id": self.ti.run_id,
+                    "map_index": self.ti.map_index,
+                },
+            )
+            if row is None:
+                return None, ()
+            return normalise_state(row.state), tuple(getattr(row, name) for name in self.FIELDS)
+
+    def arm(self, token: str) -> None:
+        """Read the row this attempt runs as (one database query).
+
+        :param token: unused (the row identifies the attempt).
+        :raises StaleAttemptError: when the row does not say ``running``.
+        """
+        state, fields = self._row()
+        if state != RUNNING:
+            raise StaleAttemptError(f"task instance state is {state!r}, not running")
+        self._armed = fields
+
+    def stale_reason(self, token: str) -> str | None:
+        """Read the row again (one database query).
+
+        :param token: unused.
+        """
+        state, fields = self._row()
+        if fields != self._armed:
+            changed = ", ".join(
+                f"{name} {old!r} -> {new!r}"
+                for name, old, new in zip(self.FIELDS, self._armed or (), fields or (None,) * 4, strict=False)
+                if old != new
+            )
+            return f"the task instance row changed ({changed or 'gone'}): a newer try or a clear"
+        return _not_running(state)
+
+
+def _not_running(state: str | None) -> str | None:
+    return None if state == RUNNING else f"task instance state is {state!r}, not running"
+
+
+def liveness_for(context: Any, key: PublicationKey) -> Liveness:
+    """The liveness check the running Airflow offers this task.
+
+    :param context: the task's execution context.
+    :param key: the publication key.
+    """
+    ti = context["ti"]
+    store = context.get("task_state_store")
+    if store is not None:
+        return TaskStateStoreLiveness(store, ti, key)
+    if hasattr(ti, "get_task_states"):
+        return XComLiveness(ti, key)
+    return TaskInstanceRowLiveness(ti)

@@ -18,6 +18,10 @@ from airflow.sdk import DAG
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
 
+# Test DAGs behave alike on every Airflow version (tests/dags/_airflow_versions.py), by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _airflow_versions  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"
 WRITE_JOB = str(HERE.parent / "jobs" / "write_job.py")

@@ -79,6 +79,13 @@ def staging_branches(repo: lakefs.Repository, prefix: str = "lakefence") -> list
     return [b.id for b in repo.branches(prefix=prefix, show_hidden=True)]
 
 
+def branches(repo: lakefs.Repository) -> list[str]:
+    """Every branch of ``repo`` (hidden ones included) but the run-state branch (the runs' records)."""
+    from airflow_lakefence.run_state import RUN_STATE_BRANCH
+
+    return [b.id for b in repo.branches(show_hidden=True) if b.id != RUN_STATE_BRANCH]
+
+
 def run_dag(dag: Any, run_conf: dict[str, Any]) -> Any:
     """Run ``dag`` once under ``dag.test()`` and return the DagRun."""
     return dag.test(run_conf=run_conf)

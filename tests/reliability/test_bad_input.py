@@ -38,7 +38,7 @@ from airflow_lakefence.exceptions import (
     WorkspaceError,
 )
 from airflow_lakefence.operators import FencedSparkPublishOperator
-from tests.integration.helpers import commit_files, run_dag
+from tests.integration.helpers import branches, commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -214,7 +214,7 @@ def test_runtime_bad_input(
 ) -> None:
     case = RUNTIME[name]
     repo = world.repo
-    branches = sorted(b.id for b in repo.branches(show_hidden=True))
+    before = sorted(branches(repo))
     if case.env is not None:
         case.env(monkeypatch, world)
     conf = {"repository": repo.id, "target": "main", "input_ref": world.input_commit, "job": JOB}
@@ -229,12 +229,12 @@ def test_runtime_bad_input(
     writes = {op: n for op, n in lakefs_controls.counts().items() if op in WRITE_OPERATIONS and n}
     assert writes == case.writes
     assert repo.branch("main").get_commit().id == world.input_commit
-    after = sorted(b.id for b in repo.branches(show_hidden=True))
+    after = sorted(branches(repo))
     if case.evidence:
-        (kept,) = set(after) - set(branches)
+        (kept,) = set(after) - set(before)
         assert kept == getattr(error, "staging_branch", None)
     else:
-        assert after == branches
+        assert after == before
 
     out, err = capfd.readouterr()
     for secret in (world.conn["password"], WRONG_SECRET):
