@@ -290,62 +290,68 @@ class XComLiveness:
 
 class TaskInstanceRowLiveness:
     """Airflow 2.11: the task instance's own row (task code has database access there). The attempt
-    is current while the row still names its try number, job, host and pid and says ``running``: a
-    retry or a clear changes the try number (and the job and pid of the process that runs it), mark
-    success / failed the state.
+    is current while the row still holds what it held at arming: state, try number, job, host and
+    pid. A retry or a clear changes the try number and the state (and the job and pid of the process
+    that runs the new try), mark success / failed the state, the scheduler's zombie detection the state.
+
+    A try normally arms on a ``running`` row. ``dag.test()`` runs tasks in test mode, where Airflow
+    saves nothing of the running try (the row stays ``scheduled`` or ``queued``): any change of
+    the row still makes the try stale.
 
     :param ti: the running ``TaskInstance``.
     """
 
-    FIELDS = ("try_number", "job_id", "hostname", "pid")
+    FIELDS = ("state", "try_number", "job_id", "hostname", "pid")
+    ARMABLE = frozenset({RUNNING, "scheduled", "queued"})
 
     def __init__(self, ti: Any) -> None:
         self.ti = ti
         self._armed: tuple[Any, ...] | None = None
 
-    def _row(self) -> tuple[str | None, tuple[Any, ...]]:
+    def _row(self) -> tuple[Any, ...] | None:
         from airflow.models.taskinstance import TaskInstance
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            row = session.get(
-                TaskInstance,
-                {
-                    "dag_id": self.ti.dag_id,
-                    "task_id": self.ti.task_id,
-                    "run_id": self.ti.run_id,
-                    "map_index": self.ti.map_index,
-                },
+            row = (
+                session.query(TaskInstance)
+                .filter_by(
+                    dag_id=self.ti.dag_id, task_id=self.ti.task_id, run_id=self.ti.run_id, map_index=self.ti.map_index
+                )
+                .one_or_none()
             )
             if row is None:
-                return None, ()
-            return normalise_state(row.state), tuple(getattr(row, name) for name in self.FIELDS)
+                return None
+            return (normalise_state(row.state), *(getattr(row, name) for name in self.FIELDS[1:]))
 
     def arm(self, token: str) -> None:
         """Read the row this attempt runs as (one database query).
 
         :param token: unused (the row identifies the attempt).
-        :raises StaleAttemptError: when the row does not say ``running``.
+        :raises StaleAttemptError: when the row is gone or in a state no running try has.
         """
-        state, fields = self._row()
-        if state != RUNNING:
-            raise StaleAttemptError(f"task instance state is {state!r}, not running")
-        self._armed = fields
+        row = self._row()
+        if row is None or row[0] not in self.ARMABLE:
+            raise StaleAttemptError(f"task instance state is {None if row is None else row[0]!r}, not running")
+        self._armed = row
 
     def stale_reason(self, token: str) -> str | None:
         """Read the row again (one database query).
 
         :param token: unused.
         """
-        state, fields = self._row()
-        if fields != self._armed:
-            changed = ", ".join(
-                f"{name} {old!r} -> {new!r}"
-                for name, old, new in zip(self.FIELDS, self._armed or (), fields or (None,) * 4, strict=False)
-                if old != new
-            )
-            return f"the task instance row changed ({changed or 'gone'}): a newer try or a clear"
-        return _not_running(state)
+        row = self._row()
+        if row == self._armed:
+            return None
+        if row is None:
+            return "the task instance row is gone"
+        if self._armed is not None and row[1:] == self._armed[1:]:
+            return _not_running(row[0])  # marked or cleared while this try runs
+        armed = self._armed or (None,) * len(self.FIELDS)
+        changed = ", ".join(
+            f"{name} {old!r} -> {new!r}" for name, old, new in zip(self.FIELDS, armed, row, strict=True) if old != new
+        )
+        return f"the task instance changed since this try started ({changed}): cleared, marked or retried"
 
 
 def _not_running(state: str | None) -> str | None:

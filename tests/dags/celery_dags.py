@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator

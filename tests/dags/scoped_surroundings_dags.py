@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Asset
+from airflow.providers.common.compat.sdk import DAG, Asset
 
 from airflow_lakefence.operators import FencedPythonPublishOperator, LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor

@@ -10,7 +10,7 @@ import time
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lakefence.operators import LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor, LakeFSCommitSensor, LakeFSFileSensor

@@ -93,9 +93,16 @@ def run_dag(dag: Any, run_conf: dict[str, Any]) -> Any:
 
 def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
     """All XComs of ``task_id`` in ``dag_run`` as {key: value}."""
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
+    try:
+        from airflow.models.xcom import XComModel
+    except ImportError:  # Airflow 2: the ORM class deserializes the value when it loads a row
+        from airflow.models.xcom import XCom
+
+        with create_session() as session:
+            rows = session.query(XCom).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
+            return {row.key: row.value for row in rows}
     with create_session() as session:
         rows = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
         return {row.key: XComModel.deserialize_value(row) for row in rows}
@@ -117,7 +124,11 @@ def update_ti(dag_id: str, task_id: str, *, state: str | None = None, clear: boo
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id, state="running").one()
+        # Airflow 2's dag.test() runs tasks in test mode, which saves no ``running`` state: the row
+        # of the running try is the one not finished yet.
+        live = ["running"] if hasattr(TaskInstance, "id") else ["running", "queued", "scheduled"]
+        rows = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id)
+        ti = rows.filter(TaskInstance.state.in_(live)).one()
         if clear:
             clear_task_instances([ti], session)
         else:
