@@ -140,8 +140,10 @@ class TaskSdkView:
         """
         source = self._source
         if source is None:
-            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
+            try:
+                from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+            except ImportError:  # Airflow 2: no Task SDK; task code and triggers read the database
+                return database_task_states(dag_id, task_ids, run_ids, map_index)
             source = RuntimeTaskInstance
         return source.get_task_states(dag_id=dag_id, task_ids=task_ids, run_ids=run_ids, map_index=map_index)
 
@@ -186,6 +188,33 @@ class TaskSdkView:
         return XCom.get_one(
             key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
         )
+
+
+def database_task_states(
+    dag_id: str, task_ids: list[str], run_ids: list[str] | None = None, map_index: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """``get_task_states``' answer read from the metadata database (Airflow 2, where task code, the
+    triggerer and the cleaner have database access): ``{run_id: {task_id or task_id_mapindex: state}}``.
+
+    :param dag_id: the DAG id.
+    :param task_ids: the task ids.
+    :param run_ids: the run ids; ``None`` for every run.
+    :param map_index: only this map index; ``None`` for every one.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    answer: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        query = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids))
+        if run_ids is not None:
+            query = query.filter(TaskInstance.run_id.in_(run_ids))
+        if map_index is not None:
+            query = query.filter(TaskInstance.map_index == map_index)
+        for ti in query:
+            name = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+            answer.setdefault(ti.run_id, {})[name] = ti.state
+    return answer
 
 
 def xcom_value(ti_key: Any, name: str) -> Any:

@@ -98,11 +98,14 @@ def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish", *, forget_
     with create_session() as session:
         ti = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
         if forget_task_state:
-            from airflow.models.task_state_store import TaskStateStoreModel
-
-            session.query(TaskStateStoreModel).filter_by(
-                dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id
-            ).delete()
+            try:
+                from airflow.models.task_state_store import TaskStateStoreModel
+            except ImportError:  # before Airflow 3.3 a task has no state of its own to delete
+                TaskStateStoreModel = None
+            if TaskStateStoreModel is not None:
+                session.query(TaskStateStoreModel).filter_by(
+                    dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id
+                ).delete()
         clear_task_instances([ti], session)
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()

@@ -130,15 +130,17 @@ RUNTIME: dict[str, Case] = {
     "files outside output prefixes (workspace)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        # The offending workspace is uploaded and kept as evidence, marked like any other
-        {"createBranch": 1, "uploadObject": 2, "commit": 1},
+        # The offending workspace is uploaded and kept as evidence, recorded in the run state (the
+        # repository's first record: a refused upload, the run-state branch, the upload) and marked
+        {"createBranch": 1 + 1, "uploadObject": 2 + 2, "commit": 1},
         evidence=True,
     ),
     "files outside output prefixes (direct)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        # the job's own writes into its staging branch, then the evidence marker on the kept branch
-        {"createBranch": 1, "uploadObject": 2, "commit": 1},
+        # the job's own writes into its staging branch, the run state's evidence record (as above),
+        # then the evidence marker on the kept branch
+        {"createBranch": 1 + 1, "uploadObject": 2 + 2, "commit": 1},
         dag="direct_dag",
         evidence=True,
     ),
