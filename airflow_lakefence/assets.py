@@ -74,7 +74,7 @@ def create_asset(*, repository: str, branch: str, prefix: str = "", extra: dict[
     :param extra: the asset's static extra.
     :raises ValueError: for an invalid repository or branch.
     """
-    from airflow.sdk import Asset
+    from airflow.providers.common.compat.sdk import Asset
 
     uri = f"{SCHEME}://{repository}/{branch}/{prefix.strip('/')}".rstrip("/")
     return Asset(uri=urllib.parse.urlunsplit(sanitize_uri(urllib.parse.urlsplit(uri))), extra=extra or {})

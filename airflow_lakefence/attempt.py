@@ -2,17 +2,23 @@
 
 The attempt fence (protocol: "Attempt fence") holds when
 
-1. the task-instance id this process started with is still live on the server: a token written to
-   ``task_state_store`` at arming time reads back (the server answers 404 for an archived id,
-   which happens on every retry and clear, because each try gets a new id);
+1. this attempt is still the live one: what Airflow gives a running task for that, per version
+   (:func:`airflow_lakefence.task_instances.liveness_for`):
+
+   * 3.3: a token written to ``task_state_store`` at arming time reads back (the store is
+     addressed by the task-instance id; every retry and clear archives the id, and the server
+     then answers 404);
+   * 3.0 to 3.2: a token pushed as the task's own XCom reads back (a new try clears the task's
+     XComs when it starts running, then pushes its own token);
+   * 2.11: the task instance's row still names this attempt's try number, job, host and pid;
+
 2. its state is still ``running`` (mark success / mark failed keep the id but change the state);
 3. ``on_kill`` has not been received (the supervisor's SIGTERM).
 
 Any error while answering counts as stale: the fence fails closed. Each check costs two
-Execution-API calls (the state is asked through :mod:`airflow_lakefence.task_instances`). On
-staleness the fence waits a bounded grace period for the supervisor to terminate the process
-before raising: raising first can make the scheduler put the *new* try into ``up_for_retry`` with
-the retry delay.
+Execution-API calls on Airflow 3, one database query on 2.11. On staleness the fence waits a
+bounded grace period for the supervisor to terminate the process before raising: raising first can
+make the scheduler put the *new* try into ``up_for_retry`` with the retry delay.
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ from typing import Any, NoReturn
 
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
-from airflow_lakefence.task_instances import task_state
+from airflow_lakefence.task_instances import RUNNING, TOKEN_KEY, Liveness, liveness_for
 
-TOKEN_KEY = "lakefence.attempt_token"
-RUNNING = "running"
+__all__ = ["RUNNING", "TOKEN_KEY", "AttemptFence", "attempt_from_context"]
 
 
 def attempt_from_context(context: Any) -> AttemptId:
@@ -36,7 +41,10 @@ def attempt_from_context(context: Any) -> AttemptId:
     """
     ti = context["ti"]
     key = PublicationKey(ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index))
-    return AttemptId(key, int(ti.try_number), str(ti.id))
+    ti_id = getattr(ti, "id", None)
+    if ti_id is None:  # Airflow 2: no task-instance id; the process that runs this try names it
+        ti_id = f"af2:{ti.try_number}:{ti.job_id}:{ti.hostname}:{ti.pid}"
+    return AttemptId(key, int(ti.try_number), str(ti_id))
 
 
 class AttemptFence:
@@ -47,26 +55,27 @@ class AttemptFence:
     """
 
     def __init__(self, context: Any, *, grace_period: float = 15.0) -> None:
-        self._ti = context["ti"]
-        self._store = context.get("task_state_store")
         self.attempt = attempt_from_context(context)
+        self._liveness: Liveness | None = None
+        self._context = context
         self.grace_period = max(0.0, grace_period)
         self.killed = threading.Event()
         self._token: str | None = None
 
     def arm(self) -> None:
-        """Remember who we are: write this attempt's token under its task-instance id.
+        """Remember who we are (a token, or the task instance's row on Airflow 2).
 
-        :raises StaleAttemptError: if the token cannot be written (fail closed).
+        :raises StaleAttemptError: if that cannot be done (fail closed).
         """
-        if self._store is None:
-            raise StaleAttemptError("task_state_store is not available: cannot arm the attempt fence")
         token = uuid.uuid4().hex
         try:
-            self._store.set(TOKEN_KEY, token)
+            liveness = liveness_for(self._context, self.attempt.key)
+            liveness.arm(token)
+        except StaleAttemptError:
+            raise
         except Exception as exc:
             raise StaleAttemptError(f"could not arm the attempt fence: {type(exc).__name__}") from exc
-        self._token = token
+        self._liveness, self._token = liveness, token
 
     def stale_reason(self) -> str | None:
         """Return why this attempt is stale, or ``None`` when it is still the current one.
@@ -75,17 +84,12 @@ class AttemptFence:
         """
         if self.killed.is_set():
             return "on_kill was received"
-        if self._token is None:
+        if self._token is None or self._liveness is None:
             return "the attempt fence was never armed"
         try:
-            if self._store.get(TOKEN_KEY) != self._token:
-                return f"task instance {self.attempt.ti_id} is no longer live (cleared or retried)"
-            state = task_state(self._ti, self.attempt.key)
+            return self._liveness.stale_reason(self._token)
         except Exception as exc:
             return f"the attempt's state could not be read ({type(exc).__name__})"
-        if state != RUNNING:
-            return f"task instance state is {state!r}, not running"
-        return None
 
     def was_killed(self) -> bool:
         """Whether ``on_kill`` was received (the adapter sets :attr:`killed`)."""

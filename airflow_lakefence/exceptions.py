@@ -20,6 +20,7 @@ The hierarchy::
     │   └── SparkJobError
     ├── JobEnvironmentError (RuntimeError)       the job's environment lacks what the operator passes
     ├── StaleAttemptError                        no longer the current try; nothing more written
+    │   └── RunStateConflictError                another live try of the run wrote the run state first
     ├── PublishFenceError                        failed closed; the staging branch kept as evidence
     │   ├── OutputPrefixError                    changed paths outside output_prefixes
     │   ├── PublishRaceError                     another writer raced the publish
@@ -119,6 +120,11 @@ class S3AConfigError(InvalidInputError):
 
 class StaleAttemptError(LakeFenceError):
     """This process is no longer the current Airflow attempt of its task; nothing more is written."""
+
+
+class RunStateConflictError(StaleAttemptError):
+    """Another live try of the run wrote a different value under a write-once run-state key first
+    (the input pin): this try stops before acting on its own."""
 
 
 class PublishFenceError(LakeFenceError):

@@ -23,7 +23,7 @@ from lakefs.exceptions import handle_http_error
 from lakefs_sdk.models.path_list import PathList
 
 from airflow_lakefence.core.ports import UploadProgress
-from airflow_lakefence.exceptions import LakeFSError
+from airflow_lakefence.exceptions import LakeFSError, LakeFSPreconditionFailedError
 
 T = TypeVar("T")
 
@@ -259,3 +259,71 @@ class ObjectsMixin:
             idempotent=True,
         )
         return [item.path for item in page.results]
+
+    # -- write-once records (the run state) --------------------------------------------------
+
+    def create_record(self, repository: str, branch: str, path: str, metadata: dict[str, str]) -> bool:
+        """Create an empty object carrying ``metadata`` (user metadata) unless ``path`` exists (one call).
+
+        ``If-None-Match: *`` makes the create atomic on lakeFS (since v1.71): of two racing
+        writers exactly one gets it. A call whose answer was lost may be repeated: the repeat is
+        refused, and the caller reads back whose record it is.
+
+        :param repository: the repository name.
+        :param branch: the branch.
+        :param path: the object path.
+        :param metadata: user metadata (ASCII values).
+        :return: ``True`` when this call created it, ``False`` when the path existed.
+        :raises LakeFSNotFoundError: if the repository or branch does not exist.
+        :raises LakeFSError: for any other failure.
+        """
+        api_client = self._api.objects_api.api_client
+        resource = urllib.parse.quote(f"/repositories/{repository}/branches/{branch}/objects", encoding="utf-8")
+        url = f"{self._host}{resource}?{urllib.parse.urlencode({'path': path})}"
+
+        def send() -> None:
+            headers = {
+                "Accept": "application/json",
+                "Content-Type": "application/octet-stream",
+                "If-None-Match": "*",
+                **{f"X-Lakefs-Meta-{key}": value for key, value in metadata.items()},
+            }
+            api_client.update_params_for_auth(headers, None, ["basic_auth"], resource, "POST", b"")
+            resp = api_client.rest_client.pool_manager.request(
+                method="POST",
+                url=url,
+                headers=headers,
+                body=b"",
+                timeout=urllib3.Timeout(connect=self._timeout[0], read=self._timeout[1]),
+            )
+            if resp.status >= http.HTTPStatus.MULTIPLE_CHOICES:
+                handle_http_error(resp)
+            json.loads(resp.data)
+
+        try:
+            self._call("upload_object", f"record {path!r} on {branch!r} in {repository!r}", send, idempotent=True)
+        except LakeFSPreconditionFailedError:
+            return False
+        return True
+
+    def list_records(self, repository: str, ref: str, prefix: str) -> dict[str, dict[str, str]]:
+        """The objects under ``prefix`` at ``ref`` with their user metadata (one call per 1,000).
+
+        :param repository: the repository name.
+        :param ref: the ref.
+        :param prefix: the path prefix.
+        :return: ``{path: {lower-case metadata key: value}}``.
+        :raises LakeFSNotFoundError: if the repository or ref does not exist.
+        :raises LakeFSError: for any other failure.
+        """
+        pages = self._paginate(
+            "list_objects",
+            f"records {prefix!r}* at {ref!r} in {repository!r}",
+            self._api.objects_api.list_objects,
+            repository,
+            ref,
+            prefix=prefix,
+            amount=1000,
+            user_metadata=True,
+        )
+        return {item.path: {str(k).lower(): str(v) for k, v in (item.metadata or {}).items()} for item in pages}

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperatorLink
+from airflow.providers.common.compat.sdk import BaseOperatorLink
 
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.task_instances import OUTPUT_REF_KEY, xcom_value

@@ -7,8 +7,9 @@
 * **XCom**: the keys the fenced operator writes and the monitors read (:data:`OUTPUT_REF_KEY`,
   :data:`SUPERSEDES_KEY`, :data:`EVIDENCE_KEY`), read back with ``XCom.get_one`` (by publication
   key) or ``XCom.get_value`` (by task-instance key, for the extra links).
-* **Run state**: the task's ``task_state_store`` as the engine's
-  :class:`~airflow_lakefence.core.run_state.RunStatePort` (:class:`TaskStateStoreRunState`).
+* **Liveness of the running attempt**: what each Airflow version gives the attempt fence
+  (:func:`liveness_for`): ``task_state_store`` on 3.3, the task's XCom on 3.0 to 3.2, the task
+  instance's row on 2.11.
 
 The fence (:mod:`airflow_lakefence.attempt`), the fenced operators, the cleaner, the sensors and
 the triggers go through this module. Airflow is imported inside the calls only, so importing this
@@ -21,15 +22,19 @@ from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.exceptions import LakeFenceError
+from airflow_lakefence.exceptions import StaleAttemptError
 
 __all__ = [
     "EVIDENCE_KEY",
     "OUTPUT_REF_KEY",
     "SUPERSEDES_KEY",
     "AirflowView",
+    "Liveness",
+    "TaskInstanceRowLiveness",
     "TaskSdkView",
-    "TaskStateStoreRunState",
+    "TaskStateStoreLiveness",
+    "XComLiveness",
+    "liveness_for",
     "normalise_state",
     "state_from_task_states",
     "states_by_key",
@@ -135,8 +140,10 @@ class TaskSdkView:
         """
         source = self._source
         if source is None:
-            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
+            try:
+                from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+            except ImportError:  # Airflow 2: no Task SDK; task code and triggers read the database
+                return database_task_states(dag_id, task_ids, run_ids, map_index)
             source = RuntimeTaskInstance
         return source.get_task_states(dag_id=dag_id, task_ids=task_ids, run_ids=run_ids, map_index=map_index)
 
@@ -176,11 +183,38 @@ class TaskSdkView:
 
     @staticmethod
     def _xcom(name: str, key: PublicationKey) -> Any:
-        from airflow.sdk.execution_time.xcom import XCom
+        from airflow.providers.common.compat.sdk import XCom
 
         return XCom.get_one(
             key=name, dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index
         )
+
+
+def database_task_states(
+    dag_id: str, task_ids: list[str], run_ids: list[str] | None = None, map_index: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """``get_task_states``' answer read from the metadata database (Airflow 2, where task code, the
+    triggerer and the cleaner have database access): ``{run_id: {task_id or task_id_mapindex: state}}``.
+
+    :param dag_id: the DAG id.
+    :param task_ids: the task ids.
+    :param run_ids: the run ids; ``None`` for every run.
+    :param map_index: only this map index; ``None`` for every one.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    answer: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        query = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.task_id.in_(task_ids))
+        if run_ids is not None:
+            query = query.filter(TaskInstance.run_id.in_(run_ids))
+        if map_index is not None:
+            query = query.filter(TaskInstance.map_index == map_index)
+        for ti in query:
+            name = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+            answer.setdefault(ti.run_id, {})[name] = ti.state
+    return answer
 
 
 def xcom_value(ti_key: Any, name: str) -> Any:
@@ -189,7 +223,7 @@ def xcom_value(ti_key: Any, name: str) -> Any:
     :param ti_key: the task instance's key, as Airflow hands it to an operator link.
     :param name: the XCom key.
     """
-    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.providers.common.compat.sdk import XCom
 
     return XCom.get_value(ti_key=ti_key, key=name)
 
@@ -206,45 +240,163 @@ def task_state(ti: Any, key: PublicationKey) -> str | None:
     return TaskSdkView(ti).task_state(key)
 
 
-# -- run state ------------------------------------------------------------------------------
+# -- liveness of the running attempt ----------------------------------------------------------
+
+#: The key of the attempt fence's liveness token (task_state_store on 3.3, the task's XCom on 3.0 to 3.2).
+TOKEN_KEY = "lakefence.attempt_token"
+#: The same token as an XCom key (what Airflow 3.0 to 3.2 give a running task that a new try clears).
+TOKEN_XCOM_KEY = "lakefence_attempt_token"
+RUNNING = "running"
 
 
-class TaskStateStoreRunState:
-    """The run state of one task instance, in ``context["task_state_store"]`` (Airflow 3.3): the
-    :class:`~airflow_lakefence.core.run_state.RunStatePort` of the fenced operators.
+class Liveness(Protocol):
+    """How one Airflow version tells a running attempt that it is still the current try."""
 
-    A manual clear keeps the values (they belong to the run, not to a try); deleting the DAG run
-    drops them; ``[state_store] clear_on_success`` drops them when the task succeeds.
+    def arm(self, token: str) -> None:
+        """Remember this attempt (raises when it cannot: the fence then fails closed)."""
 
-    :param context: the task's execution context.
+    def stale_reason(self, token: str) -> str | None:
+        """Why this attempt is no longer current, or ``None`` (raises when it cannot tell)."""
+
+
+class TaskStateStoreLiveness:
+    """Airflow 3.3: a token in ``task_state_store``, addressed by the task-instance id, which every
+    retry and clear archives (the server then answers 404, read back as the default); plus the state.
+
+    :param store: ``context["task_state_store"]``.
+    :param ti: the running ``RuntimeTaskInstance``.
+    :param key: the publication key.
     """
 
-    def __init__(self, context: Any) -> None:
-        self._store = context.get("task_state_store")
+    def __init__(self, store: Any, ti: Any, key: PublicationKey) -> None:
+        self.store, self.ti, self.key = store, ti, key
 
-    def get(self, key: str) -> Any:
-        """The stored value, ``None`` when absent.
+    def arm(self, token: str) -> None:
+        """Write the token (one Execution-API call).
 
-        :param key: the key.
-        :raises LakeFenceError: when the store is unavailable or does not answer (fail closed).
+        :param token: this attempt's token.
         """
-        if self._store is None:
-            raise LakeFenceError("task_state_store is not available (Airflow 3.3 or later is needed)")
-        try:
-            return self._store.get(key)
-        except Exception as exc:
-            raise LakeFenceError(f"could not read {key!r} from task_state_store: {type(exc).__name__}") from exc
+        self.store.set(TOKEN_KEY, token)
 
-    def set(self, key: str, value: Any) -> None:
-        """Store a JSON-serializable value.
+    def stale_reason(self, token: str) -> str | None:
+        """Read the token back, then the state (two Execution-API calls).
 
-        :param key: the key.
-        :param value: the value.
-        :raises LakeFenceError: when the store is unavailable or refuses the write (fail closed).
+        :param token: this attempt's token.
         """
-        if self._store is None:
-            raise LakeFenceError("task_state_store is not available (Airflow 3.3 or later is needed)")
-        try:
-            self._store.set(key, value)
-        except Exception as exc:
-            raise LakeFenceError(f"could not write {key!r} to task_state_store: {type(exc).__name__}") from exc
+        if self.store.get(TOKEN_KEY) != token:
+            return f"task instance {self.ti.id} is no longer live (cleared or retried)"
+        return _not_running(task_state(self.ti, self.key))
+
+
+class XComLiveness:
+    """Airflow 3.0 to 3.2 (no ``task_state_store``): a token in the task's own XCom. A new try
+    clears the task's XComs when it starts running and a clear moves the state away from
+    ``running``, so either invalidates the token or the state; plus the state.
+
+    :param ti: the running ``RuntimeTaskInstance``.
+    :param key: the publication key.
+    """
+
+    def __init__(self, ti: Any, key: PublicationKey) -> None:
+        self.ti, self.key = ti, key
+
+    def arm(self, token: str) -> None:
+        """Push the token (one Execution-API call).
+
+        :param token: this attempt's token.
+        """
+        self.ti.xcom_push(key=TOKEN_XCOM_KEY, value=token)
+
+    def stale_reason(self, token: str) -> str | None:
+        """Read the token back, then the state (two Execution-API calls).
+
+        :param token: this attempt's token.
+        """
+        if TaskSdkView._xcom(TOKEN_XCOM_KEY, self.key) != token:
+            return f"task instance {self.ti.id} is no longer live (a newer try started, or the task was cleared)"
+        return _not_running(task_state(self.ti, self.key))
+
+
+class TaskInstanceRowLiveness:
+    """Airflow 2.11: the task instance's own row (task code has database access there). The attempt
+    is current while the row still holds what it held at arming: state, try number, job, host and
+    pid. A retry or a clear changes the try number and the state (and the job and pid of the process
+    that runs the new try), mark success / failed the state, the scheduler's zombie detection the state.
+
+    A try normally arms on a ``running`` row. ``dag.test()`` runs tasks in test mode, where Airflow
+    saves nothing of the running try (the row stays ``scheduled`` or ``queued``): any change of
+    the row still makes the try stale.
+
+    :param ti: the running ``TaskInstance``.
+    """
+
+    FIELDS = ("state", "try_number", "job_id", "hostname", "pid")
+    ARMABLE = frozenset({RUNNING, "scheduled", "queued"})
+
+    def __init__(self, ti: Any) -> None:
+        self.ti = ti
+        self._armed: tuple[Any, ...] | None = None
+
+    def _row(self) -> tuple[Any, ...] | None:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = (
+                session.query(TaskInstance)
+                .filter_by(
+                    dag_id=self.ti.dag_id, task_id=self.ti.task_id, run_id=self.ti.run_id, map_index=self.ti.map_index
+                )
+                .one_or_none()
+            )
+            if row is None:
+                return None
+            return (normalise_state(row.state), *(getattr(row, name) for name in self.FIELDS[1:]))
+
+    def arm(self, token: str) -> None:
+        """Read the row this attempt runs as (one database query).
+
+        :param token: unused (the row identifies the attempt).
+        :raises StaleAttemptError: when the row is gone or in a state no running try has.
+        """
+        row = self._row()
+        if row is None or row[0] not in self.ARMABLE:
+            raise StaleAttemptError(f"task instance state is {None if row is None else row[0]!r}, not running")
+        self._armed = row
+
+    def stale_reason(self, token: str) -> str | None:
+        """Read the row again (one database query).
+
+        :param token: unused.
+        """
+        row = self._row()
+        if row == self._armed:
+            return None
+        if row is None:
+            return "the task instance row is gone"
+        if self._armed is not None and row[1:] == self._armed[1:]:
+            return _not_running(row[0])  # marked or cleared while this try runs
+        armed = self._armed or (None,) * len(self.FIELDS)
+        changed = ", ".join(
+            f"{name} {old!r} -> {new!r}" for name, old, new in zip(self.FIELDS, armed, row, strict=True) if old != new
+        )
+        return f"the task instance changed since this try started ({changed}): cleared, marked or retried"
+
+
+def _not_running(state: str | None) -> str | None:
+    return None if state == RUNNING else f"task instance state is {state!r}, not running"
+
+
+def liveness_for(context: Any, key: PublicationKey) -> Liveness:
+    """The liveness check the running Airflow offers this task.
+
+    :param context: the task's execution context.
+    :param key: the publication key.
+    """
+    ti = context["ti"]
+    store = context.get("task_state_store")
+    if store is not None:
+        return TaskStateStoreLiveness(store, ti, key)
+    if hasattr(ti, "get_task_states"):
+        return XComLiveness(ti, key)
+    return TaskInstanceRowLiveness(ti)

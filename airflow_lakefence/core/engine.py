@@ -259,12 +259,10 @@ class PublishEngine:
         )
 
     def _run_read_only(self, job: Job, reporter: Reporter) -> PublishResult:
-        """A read-only attempt: the input resolved (once per run), the job run; nothing written."""
+        """A read-only attempt: the input resolved, the job run; nothing written (not even a pin: with
+        no publication there is nothing a moved input could stack on)."""
         req = self.request
-        input_commit = pinned_input(self.run_state, req.input_ref)
-        if input_commit is None:
-            input_commit = resolve_input(self.lakefs, req)
-            pin_input(self.run_state, req.input_ref, input_commit)
+        input_commit = resolve_input(self.lakefs, req)
         _guard, area, _publisher, _evidence = self._parts()
         with area.workspace_dir(None) as directory:
             locations = AttemptLocations(req.repository, req.target_branch, input_commit, None, directory, "read_only")

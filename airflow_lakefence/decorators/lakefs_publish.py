@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.operators.fenced_python import ATTEMPT_ARG, FencedPythonPublishOperator

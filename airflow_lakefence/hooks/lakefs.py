@@ -6,7 +6,7 @@ import urllib.parse
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_lakefence.core.hardfence import FenceCheck
 from airflow_lakefence.core.locations import (

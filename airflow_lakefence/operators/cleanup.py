@@ -11,7 +11,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Variable
+from airflow.providers.common.compat.sdk import BaseOperator, Variable
 
 from airflow_lakefence.core.cleanup import (
     StagingBranch,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
-from airflow.sdk import Asset, BaseOperator
+from airflow.providers.common.compat.sdk import Asset, BaseOperator
 
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
@@ -35,7 +35,8 @@ from airflow_lakefence.exceptions import InvalidInputError, JobError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.links import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
-from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY, TaskStateStoreRunState
+from airflow_lakefence.run_state import LakeFSRunState
+from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (
@@ -322,7 +323,13 @@ class FencedPublishOperatorBase(BaseOperator):
             log=self.log,
             job_name=self.job_name,
             job_error=self.job_error,
-            run_state=TaskStateStoreRunState(context),
+            run_state=LakeFSRunState(
+                self.lakefs,
+                self.repository,
+                fence.attempt.key,
+                source_branch=self.target_branch,
+                fresh=fence.attempt.try_number <= 1,
+            ),
         )
         self._validate_outlets()
         self.validate_job()

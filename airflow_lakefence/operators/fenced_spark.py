@@ -16,7 +16,7 @@ from typing import Any, ClassVar, cast
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook
+from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.exceptions import InvalidInputError, JobError, SparkJobError

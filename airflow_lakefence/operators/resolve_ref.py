@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator
 
 from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
 from airflow_lakefence.hooks.lakefs import LakeFSHook

@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lakefence.operators import (
     FencedPythonPublishOperator,
     FencedSparkPublishOperator,
     LakeFSResolveRefOperator,
 )
+
+# Test DAGs behave alike on every Airflow version (tests/dags/_airflow_versions.py), by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _airflow_versions  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 FAKE_PATH = f"{HERE.parent / 'fake_spark'}{os.pathsep}{os.environ.get('PATH', '')}"

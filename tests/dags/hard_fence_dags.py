@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lakefence.operators import FencedPythonPublishOperator
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
 from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator

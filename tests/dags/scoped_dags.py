@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import task
+from airflow.providers.common.compat.sdk import task
 
 from airflow_lakefence.operators import FencedPythonPublishOperator
 

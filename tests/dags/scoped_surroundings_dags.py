@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from airflow.sdk import Asset
+from airflow.providers.common.compat.sdk import Asset
 
 from airflow_lakefence.operators import FencedPythonPublishOperator, LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor

@@ -103,6 +103,13 @@ def staging_branches(repo: lakefs.Repository, prefix: str = "lakefence") -> list
     return [b.id for b in repo.branches(prefix=prefix, show_hidden=True)]
 
 
+def branches(repo: lakefs.Repository) -> list[str]:
+    """Every branch of ``repo`` (hidden ones included) but the run-state branch (the runs' records)."""
+    from airflow_lakefence.run_state import RUN_STATE_BRANCH
+
+    return [b.id for b in repo.branches(show_hidden=True) if b.id != RUN_STATE_BRANCH]
+
+
 def run_dag(dag: Any, run_conf: dict[str, Any]) -> Any:
     """Run ``dag`` once under ``dag.test()`` and return the DagRun."""
     return dag.test(run_conf=run_conf)
@@ -110,9 +117,16 @@ def run_dag(dag: Any, run_conf: dict[str, Any]) -> Any:
 
 def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
     """All XComs of ``task_id`` in ``dag_run`` as {key: value}."""
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
+    try:
+        from airflow.models.xcom import XComModel
+    except ImportError:  # Airflow 2: the ORM class deserializes the value when it loads a row
+        from airflow.models.xcom import XCom
+
+        with create_session() as session:
+            rows = session.query(XCom).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
+            return {row.key: row.value for row in rows}
     with create_session() as session:
         rows = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
         return {row.key: XComModel.deserialize_value(row) for row in rows}
@@ -134,7 +148,11 @@ def update_ti(dag_id: str, task_id: str, *, state: str | None = None, clear: boo
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id, state="running").one()
+        # Airflow 2's dag.test() runs tasks in test mode, which saves no ``running`` state: the row
+        # of the running try is the one not finished yet.
+        live = ["running"] if hasattr(TaskInstance, "id") else ["running", "queued", "scheduled"]
+        rows = session.query(TaskInstance).filter_by(dag_id=dag_id, task_id=task_id)
+        ti = rows.filter(TaskInstance.state.in_(live)).one()
         if clear:
             clear_task_instances([ti], session)
         else:

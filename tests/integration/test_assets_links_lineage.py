@@ -17,7 +17,7 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import PublishFenceError
 from tests.conftest import DAGS_FOLDER
-from tests.integration.helpers import commit_files, die_after_publishing, publish_conf, run_dag, xcoms
+from tests.integration.helpers import branches, commit_files, die_after_publishing, publish_conf, run_dag, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
@@ -107,7 +107,7 @@ def test_staging_link_is_empty_when_the_try_kept_no_branch(
     assert dr.state == "failed"
     values = xcoms(dr, "publish")
     assert values["staging_branch"] is None  # created, then deleted when the job failed
-    assert [b.id for b in repo.branches(show_hidden=True)] == ["main"]
+    assert branches(repo) == ["main"]
     assert values["_link_LakeFSStagingLink"] == "" and values["_link_LakeFSCommitLink"] == ""
 
 

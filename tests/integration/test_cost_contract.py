@@ -48,6 +48,7 @@ from airflow_lakefence.core.naming import staging_branch_name, staging_branch_pr
 from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.run_state import RUN_STATE_BRANCH
 from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.conftest import fresh_dag_module
 from tests.hard_fence.helpers import protect
@@ -64,7 +65,15 @@ POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
 POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
 
 _BEFORE = {"getCommit": 1, "createBranch": 1}  # target HEAD (early fence), staging branch from input
-_BEFORE_RETRY = {**_BEFORE, "listBranches": 1}  # + earlier tries' staging branches
+#: + earlier tries' staging branches, and the run state's records (one listing: the pin, the
+#: reported publication, the evidence list; a first try reads none: no earlier try wrote any).
+_BEFORE_RETRY = {**_BEFORE, "listBranches": 1, "listObjects": 1}
+#: The run state's write (docs/protocol.md, "Run state"): a try that reports its output, or keeps its
+#: staging branch as evidence, creates one write-once record (uploadObject) after the job. The rows
+#: below are the protocol's calls without it; the assertions add it for every try that got that far
+#: (a try that dies after publishing writes none). A retry also reads the run's records once.
+_RECORD = {"uploadObject": 1}
+RUN_STATE_READ = 1
 #: decision -> (lakeFS calls before the Spark job, after it), per attempt. docs/performance.md.
 CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "merge": (_BEFORE, {"commit": 1, "getCommit": 2, "mergeIntoBranch": 1, "deleteBranch": 1}),
@@ -80,21 +89,21 @@ CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     # write (the merge base proves the input an ancestor of the target, not another branch's commit).
     "fail_closed_before_job": ({"getCommit": 1, "findMergeBase": 1}, {}),
 }
-MAX_CALLS_PER_ATTEMPT = 8
-MAX_CALLS_AFTER_JOB = 5
+#: The targets with the run state's record (8 and 5 without it); a retry may read the run state once more.
+MAX_CALLS_PER_ATTEMPT = 9
+MAX_CALLS_AFTER_JOB = 6
 #: Execution-API requests of the attempt fence: one to arm it, two per check.
 FENCE_MESSAGES = ("SetTaskStateStore", "GetTaskStateStore", "GetTaskStates")
 FENCE_CHECK = {"GetTaskStateStore": 1, "GetTaskStates": 1}
 MAX_API_CALLS_PER_CHECK = 2
-#: Before the job: arming the fence (one write) and the run state: a first try writes the input pin
-#: (no earlier try can have pinned one: try numbers only grow, so it reads none); a retry reads the
-#: pin, the evidence list and the reported publication.
-ARM_FIRST_TRY = {"SetTaskStateStore": 2}
-ARM_RETRY = {"SetTaskStateStore": 1, "GetTaskStateStore": 3}
-#: A first try refused before the job: armed, and the pin not written (nothing is written).
+#: Before the job: arming the fence (one write). The run state lives in lakeFS (counted there): a
+#: commit id as input_ref pins itself, so these runs write no pin.
+ARM_FIRST_TRY = {"SetTaskStateStore": 1}
+ARM_RETRY = {"SetTaskStateStore": 1}
+#: A first try refused before the job: armed, nothing written.
 ARM_REFUSED = {"SetTaskStateStore": 1}
-#: A try that publishes records what it reports in the run state right after its last fence check.
-REPORT_RECORD = {"SetTaskStateStore": 1}
+#: A try that publishes records what it reports in the run state (in lakeFS) after its last fence check.
+REPORT_RECORD: dict[str, int] = {}
 
 # -- the hard fence's table (docs/hard-fence.md, "Cost of each path") -----------------------------
 #: Before the job, ``hard_fence="require"`` reads the action file on the input commit (one getObject;
@@ -199,6 +208,9 @@ class Backdoor:
     def create_repository(self) -> None:
         namespace = f"{self.info.storage_namespace.rstrip('/')}/{REPOSITORY}"
         self.repo.create(storage_namespace=namespace, default_branch="main")
+        # The run-state branch exists after the first record in a repository (its creation, two
+        # calls once per repository, is pinned by test_the_first_run_state_record_of_a_repository).
+        self.create_branch(RUN_STATE_BRANCH, "main")
 
     def create_branch(self, name: str, ref: str) -> None:
         if self.store is not None:
@@ -538,12 +550,23 @@ def run_publish(
     )
 
 
-def assert_contract(attempt: Attempt, decision: str, over: int = 0) -> None:
-    """The lakeFS calls of ``attempt`` are exactly the contract's for ``decision``, within the limits
-    (``over`` calls above them, for a row documented as exceeding them)."""
+def plus(*rows: dict[str, int]) -> dict[str, int]:
+    """The calls of ``rows`` together."""
+    total: Counter[str] = Counter()
+    for row in rows:
+        total.update(row)
+    return dict(total)
+
+
+def assert_contract(attempt: Attempt, decision: str, over: int = 0, *, recorded: bool = True) -> None:
+    """The lakeFS calls of ``attempt`` are exactly the contract's for ``decision`` (plus the run
+    state's record when ``recorded``), within the limits (``over`` calls above them, for a row
+    documented as exceeding them; a retry's one read of the run state)."""
     before, after = CONTRACT[decision]
+    after = plus(after, _RECORD if recorded else {})
     assert (attempt.before, attempt.after) == (before, after)
-    assert attempt.total <= MAX_CALLS_PER_ATTEMPT + over
+    retry = RUN_STATE_READ if "listBranches" in before else 0
+    assert attempt.total <= MAX_CALLS_PER_ATTEMPT + over + retry
     assert sum(attempt.after.values()) <= MAX_CALLS_AFTER_JOB + over
 
 
@@ -612,7 +635,7 @@ def test_replace(
     assert head.id == run.xcom["output_ref"] == run.xcom["staged_commit"]
     assert head.parents == [run.input_commit]
     assert server.count_objects(run.target) == server.cap(objects)
-    assert_contract(run.attempts[1], "merge")  # the try that died had merged
+    assert_contract(run.attempts[1], "merge", recorded=False)  # the try that died had merged
     assert_contract(run.attempts[2], "replace")
     assert_fence_cost(run.attempts[2], arm=ARM_RETRY)
 
@@ -628,7 +651,7 @@ def test_relocate(
     assert server.get_commit(run.target).id == run.xcom["output_ref"] == run.input_commit
     assert run.published_before_death and run.published_before_death[0] != run.input_commit
     assert server.count_objects(run.target) == 0
-    assert_contract(run.attempts[1], "merge")
+    assert_contract(run.attempts[1], "merge", recorded=False)
     # One over the limits: "no changes" is checked on the staging branch's HEAD.
     assert_contract(run.attempts[2], "relocate", over=1)
     assert_fence_cost(run.attempts[2], arm=ARM_RETRY)
@@ -660,7 +683,7 @@ def test_fail_closed_before_the_job(
     assert run.dag_run.state == "failed"
     assert isinstance(dags.FAILURES[("lf_cost_direct", 1)], PublishFenceError)
     assert server.get_commit(run.target).id == run.foreign[0]
-    assert_contract(run.attempts[1], "fail_closed_before_job")
+    assert_contract(run.attempts[1], "fail_closed_before_job", recorded=False)  # nothing written
     assert run.attempts[1].fence_arm == ARM_REFUSED and run.attempts[1].fence_checks == []
 
 
@@ -682,7 +705,7 @@ def test_output_prefixes_add_one_diff_per_prefix_level(
     assert server.count_objects(run.target) == server.cap(objects)
     before, after = CONTRACT["merge"]
     assert run.attempts[1].before == {**before, "listObjects": 1}
-    assert run.attempts[1].after == {**after, "diffBranch": 1}
+    assert run.attempts[1].after == plus(after, _RECORD, {"diffBranch": 1})
     assert run.attempts[1].total == MAX_CALLS_PER_ATTEMPT + 1
 
 
@@ -695,7 +718,7 @@ def test_workspace_mode_adds_one_upload_per_file(
     assert server.count_objects(run.target) == 100
     before, after = CONTRACT["merge"]
     assert run.attempts[1].before == before
-    assert run.attempts[1].after == {**after, "uploadObject": 100}
+    assert run.attempts[1].after == plus(after, _RECORD, {"uploadObject": 100})
 
 
 def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
@@ -711,8 +734,8 @@ def test_replace_after_a_crash_also_deletes_the_dead_staging_branch(
     assert run.dag_run.state == "success" and run.xcom["decision"] == "replace"
     before, after = CONTRACT["replace"]
     assert run.attempts[2].before == {**before, "getCommit": before["getCommit"] + 1, "deleteBranch": 1}
-    assert run.attempts[2].after == after
-    assert run.attempts[2].total == MAX_CALLS_PER_ATTEMPT + 2
+    assert run.attempts[2].after == plus(after, _RECORD)
+    assert run.attempts[2].total == MAX_CALLS_PER_ATTEMPT + 2 + RUN_STATE_READ
     key = PublicationKey(run.dag_run.dag_id, run.dag_run.run_id, "publish", -1)
     assert server.branches(staging_branch_prefix(key)) == []  # the dead try's branch is gone, and so is the retry's own
 
@@ -750,7 +773,14 @@ def test_a_stale_answer_costs_at_most_two_api_calls(
 
 
 def assert_hard_fence_row(
-    attempt: Attempt, decision: str, fence: str, *, retry: bool, uploads: int, head_is_input: bool | None = None
+    attempt: Attempt,
+    decision: str,
+    fence: str,
+    *,
+    retry: bool,
+    uploads: int,
+    head_is_input: bool | None = None,
+    recorded: bool = True,
 ) -> None:
     """The lakeFS calls of ``attempt`` are exactly the hard-fence table's row (plus its uploads).
 
@@ -759,7 +789,9 @@ def assert_hard_fence_row(
     """
     on_input = not retry if head_is_input is None else head_is_input
     before = (HF_BEFORE if not retry else HF_BEFORE_RETRY_ON_INPUT if on_input else HF_BEFORE_RETRY)[fence]
-    after = {**HARD_FENCE_CONTRACT[(decision, fence)], **({"uploadObject": uploads} if uploads else {})}
+    after = plus(
+        HARD_FENCE_CONTRACT[(decision, fence)], {"uploadObject": uploads + recorded} if uploads + recorded else {}
+    )
     assert (attempt.before, attempt.after) == (before, after), (decision, fence)
 
 
@@ -828,8 +860,8 @@ def test_hard_fence_table_merge_replace_relocate(
     assert server.branches(staging_branch_prefix(key)) == []  # staging and temporary branches gone
     # The calls of each try.
     replace, relocate = {"hard_reset": ("replace", "relocate")}.get(how, (f"replace_{how}", f"relocate_{how}"))
-    assert_hard_fence_row(run.attempts[1], "merge", fence, retry=False, uploads=2)
-    assert_hard_fence_row(run.attempts[2], replace, fence, retry=True, uploads=1)
+    assert_hard_fence_row(run.attempts[1], "merge", fence, retry=False, uploads=2, recorded=False)
+    assert_hard_fence_row(run.attempts[2], replace, fence, retry=True, uploads=1, recorded=False)
     assert_hard_fence_row(run.attempts[3], relocate, fence, retry=True, uploads=0)
 
 
@@ -902,11 +934,11 @@ _SCOPED_LISTING = {"listObjects": 1}
 SCOPED_CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "soft": (
         {**_BEFORE, "findMergeBase": 1, **_SCOPED_LISTING},
-        {**CONTRACT["merge"][1], "diffRefs": 1, **_SCOPED_OUTPUT},
+        plus(CONTRACT["merge"][1], {"diffRefs": 1}, _SCOPED_OUTPUT, _RECORD),
     ),
     "hard": (
         {**HF_BEFORE["hard"], "getObject": 1, "findMergeBase": 1, **_SCOPED_LISTING},  # a moved HEAD: no vouch
-        {**HARD_FENCE_CONTRACT[("merge", "hard")], **_SCOPED_OUTPUT},
+        plus(HARD_FENCE_CONTRACT[("merge", "hard")], _SCOPED_OUTPUT, _RECORD),
     ),
 }
 

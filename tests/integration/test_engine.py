@@ -23,7 +23,7 @@ from airflow_lakefence.core.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.merge_only import TEMP_SUFFIX
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_name
-from airflow_lakefence.core.run_state import PIN_KEY, PUBLISHED_KEY, MemoryRunState
+from airflow_lakefence.core.run_state import PUBLISHED_KEY, MemoryRunState, pin_key
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -273,7 +273,7 @@ def test_an_input_the_target_is_not_built_on_is_refused_before_any_write(world: 
     elsewhere = world.write("other", {"other.txt": "x"}, "another branch")
     state = MemoryRunState()
     if given == "pinned":  # an earlier try pinned it: the same answer, from the pin (read by a retry)
-        state.set(PIN_KEY, {"ref": "other", "commit": elsewhere})
+        state.create(pin_key("other"), {"ref": "other", "commit": elsewhere})
     try_number = 2 if given == "pinned" else 1
     run = Run(world, input_ref=elsewhere if given == "commit" else "other", run_state=state, try_number=try_number)
     with pytest.raises(InputRefError) as info:
@@ -358,18 +358,21 @@ def test_a_stale_attempt_publishes_nothing(world: World, point: str, where: str)
 
 
 class ArchivedRunState:
-    """The run state of a try whose task-instance id the server archived (a clear): every call fails."""
+    """A run state that does not answer (its store is down): every call fails."""
 
     def get(self, key: str) -> Any:
-        raise LakeFenceError(f"could not read {key!r} from task_state_store: TaskInstanceNotFound")
+        raise LakeFenceError(f"could not read run-state record {key!r}: lakeFS unavailable")
 
-    def set(self, key: str, value: Any) -> None:
-        raise LakeFenceError(f"could not write {key!r} to task_state_store: TaskInstanceNotFound")
+    def items(self, prefix: str) -> dict[str, Any]:
+        raise LakeFenceError(f"could not list run-state records {prefix!r}: lakeFS unavailable")
+
+    def create(self, key: str, value: Any) -> Any:
+        raise LakeFenceError(f"could not write run-state record {key!r}: lakeFS unavailable")
 
 
 @pytest.mark.parametrize("stale", [True, False])
 def test_a_run_state_failure_of_a_cleared_try_is_staleness(world: World, stale: bool) -> None:
-    run = Run(world)
+    run = Run(world, input_ref="main")  # a branch name: its pin is written (a commit id pins itself)
     run.fence.reason = "cleared" if stale else None
     engine = run.engine()
     engine.run_state = ArchivedRunState()
@@ -381,19 +384,19 @@ def test_a_run_state_failure_of_a_cleared_try_is_staleness(world: World, stale: 
 
 
 class ClearedAtReport(MemoryRunState):
-    """A run state whose try is cleared right after its last fence check: the server archives the
-    task-instance id, so writing the reported publication fails (race sweep seed 52, hard fence)."""
+    """A run state whose try is cleared right after its last fence check, and whose write of the
+    reported publication fails (race sweep seed 52, hard fence)."""
 
     def __init__(self, run: Run, clear: bool) -> None:
         super().__init__()
         self.run, self.clear = run, clear
 
-    def set(self, key: str, value: Any) -> None:
-        if key == PUBLISHED_KEY:
+    def create(self, key: str, value: Any) -> Any:
+        if key.startswith(PUBLISHED_KEY + "/"):
             if self.clear:
                 self.run.fence.reason = "cleared"
-            raise LakeFenceError(f"could not write {key!r} to task_state_store: TaskInstanceNotFound")
-        super().set(key, value)
+            raise LakeFenceError(f"could not write run-state record {key!r}: lakeFS unavailable")
+        return super().create(key, value)
 
 
 @pytest.mark.parametrize("stale", [True, False])

@@ -27,6 +27,8 @@ from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, decod
 from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.run_state import read_run_state
 from airflow_lakefence.triggers.probes import probe_abandoned
 from tests.conftest import fresh_dag_module
 from tests.integration.helpers import (
@@ -58,16 +60,16 @@ def failure(dags: Any, dag: Any, try_number: int = 1, map_index: int = -1) -> Ba
     return dags.FAILURES[(dag.dag_id, map_index, try_number)]
 
 
-def task_state(dag_run: Any, task_id: str = "publish") -> dict[str, Any]:
-    """The task_state_store of a task instance, {key: value} (straight from the metadata DB)."""
-    from airflow.models.task_state_store import TaskStateStoreModel
-    from airflow.utils.session import create_session
+def task_state(repo: lakefs.Repository, dag_run: Any, task_id: str = "publish") -> dict[str, Any]:
+    """The run state of a task instance, {record key: value} (its records in lakeFS)."""
+    config = repo._client.config  # the SDK client the repository was opened with
+    client = LakeFSClient(config.host.removesuffix("/api/v1"), config.username, config.password)
+    return read_run_state(client, repo.id, PublicationKey(dag_run.dag_id, dag_run.run_id, task_id, -1))
 
-    with create_session() as session:
-        rows = session.query(TaskStateStoreModel).filter_by(
-            dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id
-        )
-        return {row.key: json.loads(row.value) for row in rows}
+
+def evidence_records(repo: lakefs.Repository, dag_run: Any) -> list[dict[str, Any]]:
+    """The run state's evidence entries, by record key."""
+    return [value for key, value in sorted(task_state(repo, dag_run).items()) if key.startswith("evidence/")]
 
 
 def running_key(dag_id: str) -> PublicationKey:
@@ -80,9 +82,10 @@ def running_key(dag_id: str) -> PublicationKey:
         return PublicationKey(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
 
 
-def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish") -> Any:
+def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish", *, forget_task_state: bool = False) -> Any:
     """Clear a finished task instance (a new try, as the UI's "Clear" does) and run it under the
-    same dag.test() loop; return the refreshed DagRun."""
+    same dag.test() loop; return the refreshed DagRun. ``forget_task_state``: the clear also deletes
+    the task's own state (Airflow's ``task_state_store``), as a later Airflow plans to."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
@@ -92,6 +95,15 @@ def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish") -> Any:
 
     with create_session() as session:
         ti = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
+        if forget_task_state:
+            try:
+                from airflow.models.task_state_store import TaskStateStoreModel
+            except ImportError:  # before Airflow 3.3 a task has no state of its own to delete
+                TaskStateStoreModel = None
+            if TaskStateStoreModel is not None:
+                session.query(TaskStateStoreModel).filter_by(
+                    dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id
+                ).delete()
         clear_task_instances([ti], session)
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
@@ -215,7 +227,7 @@ def test_branch_input_pinned_across_a_retry_after_crash(dags: Any, seeded: tuple
     assert values["decision"] == "replace"
     assert head.id == values["output_ref"] and head.parents == [input_commit]
     assert "-t2-" in read_text(repo, "main", "out/stamp.txt")
-    pins = [v for k, v in task_state(dr).items() if "pin" in k]
+    pins = [v for k, v in task_state(repo, dr).items() if k.startswith("pin/")]
     assert pins and pins[0]["commit"] == input_commit and pins[0]["ref"] == "main"
 
 
@@ -522,7 +534,7 @@ def test_unmarked_evidence_is_never_deleted_by_retries_or_the_cleaner(
     # Every fault fired: try 2 listed the earlier tries' branches and tried to re-mark try 1's.
     assert lakefence_controls.faults() == []
     assert lakefence_controls.counts()["listBranches"] == 1
-    recorded = {item["branch"] for item in task_state(dr)["lakefence.evidence"]}
+    recorded = {item["branch"] for item in evidence_records(repo, dr)}
     assert recorded == {first.staging_branch, second.staging_branch}
     # Try 1's branch survived try 2's clean-up, unmarked, with what try 1 staged.
     _assert_unmarked_stage_of_try_1(repo, first.staging_branch, input_commit)
@@ -548,7 +560,7 @@ def test_a_retry_re_marks_evidence_recorded_only_in_the_run_state(
     assert lakefence_controls.faults() == []
     first = failure(dags, dags.workspace_retry_dag, 1)
     assert type(first) is PublishFenceError and first.staging_branch
-    assert [item["branch"] for item in task_state(dr)["lakefence.evidence"]] == [first.staging_branch]
+    assert [item["branch"] for item in evidence_records(repo, dr)] == [first.staging_branch]
     # The marker commit try 2 wrote: on top of try 1's stage commit, naming try 1 and its error.
     marker = repo.branch(first.staging_branch).get_commit()
     assert marker.metadata.get("lakefence.evidence") == "PublishFenceError"
@@ -715,6 +727,29 @@ def test_clear_of_a_successful_try_supersedes(dags: Any, asset_repo13: tuple[lak
     assert events[-1]["supersedes"] == first and events[-1]["output_ref"] == head.id
 
 
+def test_a_clear_that_deletes_the_task_state_neither_loses_the_pin_nor_stacks(
+    dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    """The run state lives in lakeFS: a clear that deletes the task's own Airflow state leaves the
+    pin (the branch input resolved once) and the reported publication, so the re-run replaces the
+    first publication on the same input instead of stacking a second one on top of it."""
+    repo, input_commit = seeded
+    dr = run_dag(dags.workspace_retry_dag, publish_conf(repo, "main", {"stamp_path": "out/stamp.txt"}))
+    assert dr.state == "success"
+    first = repo.branch("main").get_commit().id
+    assert first != input_commit
+    dr = clear_and_rerun(dags.workspace_retry_dag, dr, forget_task_state=True)
+    assert dr.state == "success" and ti_state(dr, "publish") == ("success", 2)
+    values = xcoms(dr, "publish")
+    head = repo.branch("main").get_commit()
+    assert head.parents == [input_commit] and values["input_ref"] == input_commit  # pinned: not stacked
+    assert values["decision"] == "replace" and values["supersedes"] == {"output_ref": first, "try_number": 1}
+    records = task_state(repo, dr)
+    assert [v["commit"] for k, v in records.items() if k.startswith("pin/")] == [input_commit]
+    published = [v for k, v in sorted(records.items()) if k.startswith("published/")]
+    assert [(p["try_number"], p["output_ref"]) for p in published] == [(1, first), (2, head.id)]
+
+
 def test_really_abandoned_publication_still_alerts(dags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     during: list[Any] = []
@@ -818,8 +853,11 @@ def test_second_mapped_instance_fails_before_its_job(
     assert not isinstance(error, exceptions.SparkJobError)
     published = objects(repo, "main", "out/")
     assert len(published) == 1 and published != [f"out/m{map_index}.txt"]
-    if lakefence_server.controls is not None:  # the failing instance's job never ran: one upload in all
-        assert lakefence_server.controls.counts().get("uploadObject") == 1
+    if lakefence_server.controls is not None:  # the failing instance's job never ran: one upload of data
+        # ...and the publishing instance's run-state record, the first in this repository: its upload
+        # answered 404 (no run-state branch yet), the branch created, the upload sent again.
+        counts = lakefence_server.controls.counts()
+        assert (counts.get("uploadObject"), counts.get("createBranch")) == (1 + 2, 1 + 1)
 
 
 # -- 8. the cleaning of earlier tries ---------------------------------------------------------------

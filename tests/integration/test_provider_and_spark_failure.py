@@ -10,7 +10,7 @@ import pytest
 import airflow_lakefence
 from airflow_lakefence.exceptions import InvalidInputError, SparkJobError
 from tests.conftest import load_dag_module
-from tests.integration.helpers import commit_files, run_dag, staging_branches
+from tests.integration.helpers import branches, commit_files, run_dag, staging_branches
 
 
 def test_provider_is_registered_with_airflow() -> None:
@@ -58,4 +58,4 @@ def test_missing_spark_connection_does_not_fall_back_to_yarn(
     assert dr.state == "failed"
     error = dags.FAILURES[("lf_test_workspace", 1)]
     assert isinstance(error, InvalidInputError) and "spark_local" in str(error)
-    assert [b.id for b in lakefence_repo.branches(show_hidden=True)] == ["main"]
+    assert branches(lakefence_repo) == ["main"]

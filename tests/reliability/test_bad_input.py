@@ -38,7 +38,7 @@ from airflow_lakefence.exceptions import (
     WorkspaceError,
 )
 from airflow_lakefence.operators import FencedSparkPublishOperator, PublishOptions
-from tests.integration.helpers import SPARK_TASK, commit_files, run_dag
+from tests.integration.helpers import SPARK_TASK, branches, commit_files, run_dag
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
@@ -130,15 +130,17 @@ RUNTIME: dict[str, Case] = {
     "files outside output prefixes (workspace)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        # The offending workspace is uploaded and kept as evidence, marked like any other
-        {"createBranch": 1, "uploadObject": 2, "commit": 1},
+        # The offending workspace is uploaded and kept as evidence, recorded in the run state (the
+        # repository's first record: a refused upload, the run-state branch, the upload) and marked
+        {"createBranch": 1 + 1, "uploadObject": 2 + 2, "commit": 1},
         evidence=True,
     ),
     "files outside output prefixes (direct)": Case(
         lambda w: {"job": {"files": {"out/a.txt": "A", "other/b.txt": "B"}}, "output_prefixes": ["out/"]},
         OutputPrefixError,
-        # the job's own writes into its staging branch, then the evidence marker on the kept branch
-        {"createBranch": 1, "uploadObject": 2, "commit": 1},
+        # the job's own writes into its staging branch, the run state's evidence record (as above),
+        # then the evidence marker on the kept branch
+        {"createBranch": 1 + 1, "uploadObject": 2 + 2, "commit": 1},
         dag="direct_dag",
         evidence=True,
     ),
@@ -219,7 +221,7 @@ def test_runtime_bad_input(
 ) -> None:
     case = RUNTIME[name]
     repo = world.repo
-    branches = sorted(b.id for b in repo.branches(show_hidden=True))
+    before = sorted(branches(repo))
     if case.env is not None:
         case.env(monkeypatch, world)
     conf = {"repository": repo.id, "target": "main", "input_ref": world.input_commit, "job": JOB}
@@ -234,12 +236,12 @@ def test_runtime_bad_input(
     writes = {op: n for op, n in lakefence_controls.counts().items() if op in WRITE_OPERATIONS and n}
     assert writes == case.writes
     assert repo.branch("main").get_commit().id == world.input_commit
-    after = sorted(b.id for b in repo.branches(show_hidden=True))
+    after = sorted(branches(repo))
     if case.evidence:
-        (kept,) = set(after) - set(branches)
+        (kept,) = set(after) - set(before)
         assert kept == getattr(error, "staging_branch", None)
     else:
-        assert after == branches
+        assert after == before
 
     out, err = capfd.readouterr()
     for secret in (world.conn["password"], WRONG_SECRET):

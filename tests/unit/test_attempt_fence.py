@@ -185,3 +185,120 @@ def test_task_state_is_one_call_and_names_mapped_instances(
     ti = StatesTI(answer)
     assert task_state(ti, key) == expected
     assert ti.asked == {"dag_id": "d", "task_ids": ["t"], "run_ids": ["r"], "map_index": map_index}
+
+
+# -- Airflow 3.0 to 3.2: the token in the task's own XCom ---------------------------------------
+
+
+class FakeXComTI(FakeTI):
+    """A Task SDK task instance of 3.0 to 3.2: no task_state_store; XComs by publication key."""
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.server.calls += 1
+        self.server.values[("xcom", key)] = value
+
+
+def make_xcom_fence(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> AttemptFence:
+    from airflow_lakefence import task_instances
+
+    def read(name: str, key: PublicationKey) -> Any:
+        server.calls += 1
+        if server.fail:
+            raise server.fail
+        return server.values.get(("xcom", name))
+
+    monkeypatch.setattr(task_instances.TaskSdkView, "_xcom", staticmethod(read))
+    fence = AttemptFence({"ti": FakeXComTI(server)}, grace_period=0)
+    fence.arm()
+    return fence
+
+
+def test_xcom_token_current_attempt_passes_with_two_calls(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    fence = make_xcom_fence(server, monkeypatch)
+    server.calls = 0
+    assert fence.stale_reason() is None and server.calls == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        # A newer try started running: it cleared the task's XComs, then pushed its own token.
+        (lambda s: s.values.pop(("xcom", "lakefence_attempt_token")), "no longer live"),
+        (lambda s: s.values.__setitem__(("xcom", "lakefence_attempt_token"), "newer"), "no longer live"),
+        (lambda s: setattr(s, "state", "restarting"), "'restarting'"),
+        (lambda s: setattr(s, "state", "success"), "'success'"),
+        (lambda s: setattr(s, "fail", ConnectionError("api down")), "could not be read"),
+    ],
+)
+def test_xcom_token_stale_reasons(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch, change: Any, reason: str
+) -> None:
+    fence = make_xcom_fence(server, monkeypatch)
+    change(server)
+    stale = fence.stale_reason()
+    assert stale is not None and reason in stale
+
+
+# -- Airflow 2.11: the task instance's row ------------------------------------------------------
+
+
+class FakeRow:
+    def __init__(self) -> None:
+        self.row: tuple[Any, ...] | None = ("running", 1, 7, "host", 42)
+        self.fail: Exception | None = None
+
+
+@pytest.fixture
+def row(monkeypatch: pytest.MonkeyPatch) -> FakeRow:
+    from airflow_lakefence import task_instances
+
+    fake = FakeRow()
+
+    def read(self: Any) -> tuple[Any, ...] | None:
+        if fake.fail:
+            raise fake.fail
+        return fake.row
+
+    monkeypatch.setattr(task_instances.TaskInstanceRowLiveness, "_row", read)
+    return fake
+
+
+class FakeAirflow2TI:
+    """Airflow 2's TaskInstance: no id, no get_task_states."""
+
+    dag_id, run_id, task_id, map_index, try_number = "d", "r", "t", -1, 1
+    job_id, hostname, pid = 7, "host", 42
+
+
+def test_row_fence_names_the_attempt_without_an_id() -> None:
+    attempt = attempt_from_context({"ti": FakeAirflow2TI()})
+    assert (attempt.try_number, attempt.ti_id) == (1, "af2:1:7:host:42")
+
+
+@pytest.mark.parametrize(
+    ("row_after", "reason"),
+    [
+        (("failed", 1, 7, "host", 42), "state is 'failed'"),  # marked failed
+        (("none", 1, 7, "host", 42), "state is 'none'"),  # cleared
+        (("running", 2, 8, "host", 43), "try_number 1 -> 2"),  # a newer try runs: the zombie is stale
+        (None, "row is gone"),
+    ],
+)
+def test_row_fence_stale_reasons(row: FakeRow, row_after: Any, reason: str) -> None:
+    fence = AttemptFence({"ti": FakeAirflow2TI()}, grace_period=0)
+    fence.arm()
+    assert fence.stale_reason() is None
+    row.row = row_after
+    stale = fence.stale_reason()
+    assert stale is not None and reason in stale
+
+
+def test_row_fence_fails_closed(row: FakeRow) -> None:
+    fence = AttemptFence({"ti": FakeAirflow2TI()}, grace_period=0)
+    fence.arm()
+    row.fail = RuntimeError("database down")
+    assert "could not be read" in (fence.stale_reason() or "")
+    row.row = ("success", 1, 7, "host", 42)
+    row.fail = None
+    with pytest.raises(StaleAttemptError):
+        AttemptFence({"ti": FakeAirflow2TI()}, grace_period=0).arm()
