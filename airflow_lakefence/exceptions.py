@@ -27,6 +27,7 @@ The hierarchy::
     │   ├── MergeHookRejectedError               a user's pre-merge hook refused the merge
     │   └── DeltaLogError                        a staged Delta change is not commits appended in order
     ├── PublishBudgetError                       too little time left to start publishing
+    ├── RunBranchError                           a branch of the run branch's name was not made by this run
     ├── HardFenceInstallError                    the hard fence could not be installed
     ├── RealLakeFSError                          real lakeFS could not be built or started (tests)
     │   └── GoToolchainMissingError
@@ -82,6 +83,7 @@ __all__ = [
     "PublishFenceError",
     "PublishRaceError",
     "RealLakeFSError",
+    "RunBranchError",
     "S3AConfigError",
     "SparkJobError",
     "StaleAttemptError",
@@ -135,6 +137,10 @@ class PublishFenceError(LakeFenceError):
     def __init__(self, message: str, *, staging_branch: str | None = None) -> None:
         super().__init__(message)
         self.staging_branch = staging_branch
+
+
+class RunBranchError(LakeFenceError):
+    """A run branch cannot be used: a branch of its name exists that this run did not make from its input."""
 
 
 class OutputPrefixError(PublishFenceError):

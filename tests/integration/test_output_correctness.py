@@ -82,9 +82,9 @@ def running_key(dag_id: str) -> PublicationKey:
         return PublicationKey(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
 
 
-def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish") -> Any:
-    """Clear a finished task instance (a new try, as the UI's "Clear" does) and run it under the
-    same dag.test() loop; return the refreshed DagRun."""
+def clear_and_rerun(dag: Any, dag_run: Any, task_id: str | list[str] = "publish") -> Any:
+    """Clear finished task instances (a new try, as the UI's "Clear" does; one task id or several)
+    and run them under the same dag.test() loop; return the refreshed DagRun."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
@@ -93,8 +93,14 @@ def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish") -> Any:
     from airflow.utils.state import DagRunState, TaskInstanceState
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
-        clear_task_instances([ti], session)
+        task_ids = [task_id] if isinstance(task_id, str) else task_id
+        tis = (
+            session.query(TaskInstance)
+            .filter(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dag_run.run_id)
+            .filter(TaskInstance.task_id.in_(task_ids))
+            .all()
+        )
+        clear_task_instances(tis, session)
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
         dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
