@@ -109,6 +109,45 @@ PROVIDER_DAG_ID_KEY = "::lakefs::Airflow::dag_id"
 PROVIDER_RUN_ID_KEY = "::lakefs::Airflow::dag_run_id"
 
 
+#: The task id key airflow-provider-lakefs puts on its commits and merges.
+PROVIDER_TASK_ID_KEY = "airflow_task_id"
+#: The map index of the task instance that wrote a commit (this package's provider-compatible operators).
+PROVIDER_MAP_INDEX_KEY = "::lakefs::Airflow::map_index"
+
+
+def provider_metadata(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> dict[str, str]:
+    """The metadata this package's provider-compatible ``LakeFSCommitOperator`` and ``LakeFSMergeOperator``
+    add to their commits: airflow-provider-lakefs's keys naming the DAG, the run and the task, and the
+    map index and try number, so a later try (or a re-read after a lost answer) recognises the commit.
+
+    :param dag_id: the DAG id.
+    :param run_id: the run id.
+    :param task_id: the task id.
+    :param map_index: the map index.
+    :param try_number: the try number.
+    """
+    return {
+        PROVIDER_TASK_ID_KEY: task_id,
+        PROVIDER_DAG_ID_KEY: dag_id,
+        PROVIDER_RUN_ID_KEY: run_id,
+        PROVIDER_MAP_INDEX_KEY: str(map_index),
+        "::lakefs::Airflow::try_number": str(try_number),
+    }
+
+
+def written_by_task(metadata: Mapping[str, str], dag_id: str, run_id: str, task_id: str, map_index: int) -> bool:
+    """Whether a commit carries :func:`provider_metadata` of this task instance (any try of it).
+
+    :param metadata: the commit's metadata.
+    :param dag_id: the DAG id.
+    :param run_id: the run id.
+    :param task_id: the task id.
+    :param map_index: the map index.
+    """
+    keys = (PROVIDER_DAG_ID_KEY, PROVIDER_RUN_ID_KEY, PROVIDER_TASK_ID_KEY, PROVIDER_MAP_INDEX_KEY)
+    return tuple(metadata.get(k) for k in keys) == (dag_id, run_id, task_id, str(map_index))
+
+
 def written_by_run(metadata: Mapping[str, str], dag_id: str, run_id: str) -> bool:
     """Whether a commit's metadata names this run as its writer.
 
@@ -177,6 +216,6 @@ def judge_existing(branch: str, head: str, input_commit: str, *, recorded: bool,
     raise RunBranchError(
         f"a branch {branch!r} already exists at {head}, not at the run's input {input_commit}, and {why}: it is "
         "not this run's branch, so nothing was written into it. What to do: delete that branch if it is a "
-        "leftover (nothing of this run is in it), or give run_branch a template that names this run uniquely; "
-        "then clear the task."
+        "leftover (nothing of this run is in it), or name the branch uniquely for the run (run_branch's "
+        "template, or branch); then clear the task."
     )

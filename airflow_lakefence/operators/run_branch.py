@@ -114,55 +114,88 @@ class LakeFSRunBranchOperator(BaseOperator):
         """
         ti = context["ti"]
         name = run_branch_name(self.run_branch, ti.dag_id, ti.run_id, getattr(ti, "map_index", -1))
-        state = TaskStateStoreRunState(context)
-        client = self.hook.client
-        input_commit = pinned_input(state, self.source_ref)
-        if input_commit is None:
-            try:
-                input_commit = client.get_commit(self.repository, self.source_ref).id
-            except LakeFSNotFoundError as exc:
-                raise InputRefError(
-                    f"source_ref {self.source_ref!r} not found in repository {self.repository!r}"
-                ) from exc
-            pin_input(state, self.source_ref, input_commit)  # written before the branch: a retry uses it
-        record = RunBranchRecord.of(state.get(RECORD_KEY))
-        recorded = record == RunBranchRecord(name, input_commit, self.repository)
-        decision, why = self._create_or_find(client, name, input_commit, recorded, (ti.dag_id, ti.run_id))
-        if not recorded:
-            state.set(RECORD_KEY, RunBranchRecord(name, input_commit, self.repository).to_dict())
-        self.log.info("Run branch %s@%s (%s): %s", self.repository, name, decision, why)
+        input_commit, decision = make_branch_once(
+            context, self.hook.client, self.repository, name, self.source_ref, "source_ref", self.log
+        )
         ti.xcom_push(key="input_commit", value=input_commit)
         ti.xcom_push(key="decision", value=decision)
         return name
 
-    def _create_or_find(
-        self, client: LakeFSClient, name: str, input_commit: str, recorded: bool, run: tuple[str, str]
-    ) -> tuple[str, str]:
-        """Create the branch, or judge the one found; a lost answer is settled by reading the branch."""
-        repo = self.repository
-        for _round in range(CREATE_ROUNDS):
-            try:
-                client.create_branch(repo, name, input_commit)
-                return "created", f"made from the run's input {input_commit}"
-            except LakeFSConflictError:
-                pass  # exists: judged below
-            except LakeFSUnavailableError as exc:
-                self.log.warning("Creating run branch %s: the answer was lost (%s); reading the branch", name, exc)
-            try:
-                head = client.get_commit(repo, name).id
-            except LakeFSNotFoundError:
-                continue  # the creation did not land: try again
-            foreign = None
-            if head != input_commit and recorded:
-                # Every commit above the input must be one this run wrote (one log call, on this path only).
-                log = client.log_commits(repo, head, amount=LOG_AMOUNT)
-                foreign = first_foreign([(c.id, c.metadata) for c in log], input_commit, *run)
-            return "found", judge_existing(name, head, input_commit, recorded=recorded, foreign=foreign)
-        raise LakeFSUnavailableError(
-            f"could not settle the creation of run branch {name!r} in {repo!r} in {CREATE_ROUNDS} rounds; "
-            "nothing else was written. What to do: check that lakeFS is reachable, then clear the task.",
-            operation="create_branch",
-        )
+
+def make_branch_once(
+    context: Any, client: LakeFSClient, repository: str, name: str, source: str, source_name: str, log: Any
+) -> tuple[str, str]:
+    """Make branch ``name`` from ``source`` once per run: the source resolved once and pinned in the
+    run state, the branch made (or found and judged), then recorded as this run's.
+
+    :param context: the Airflow context (its run state).
+    :param client: the lakeFS client.
+    :param repository: the repository.
+    :param name: the branch.
+    :param source: the source ref (branch, tag or commit id).
+    :param source_name: how messages name the source argument.
+    :param log: where to log.
+    :return: the pinned input commit and the decision (``created`` or ``found``).
+    :raises InputRefError: when the source does not exist.
+    :raises RunBranchError: when a branch of that name is not this run's.
+    """
+    ti = context["ti"]
+    state = TaskStateStoreRunState(context)
+    input_commit = pinned_input(state, source)
+    if input_commit is None:
+        try:
+            input_commit = client.get_commit(repository, source).id
+        except LakeFSNotFoundError as exc:
+            raise InputRefError(f"{source_name} {source!r} not found in repository {repository!r}") from exc
+        pin_input(state, source, input_commit)  # written before the branch: a retry uses it
+    record = RunBranchRecord(name, input_commit, repository)
+    recorded = RunBranchRecord.of(state.get(RECORD_KEY)) == record
+    decision, why = create_or_find(client, repository, name, input_commit, recorded, (ti.dag_id, ti.run_id))
+    if not recorded:
+        state.set(RECORD_KEY, record.to_dict())
+    log.info("Branch %s@%s (%s): %s", repository, name, decision, why)
+    return input_commit, decision
+
+
+def create_or_find(
+    client: LakeFSClient, repository: str, name: str, input_commit: str, recorded: bool, run: tuple[str, str]
+) -> tuple[str, str]:
+    """Create branch ``name`` at ``input_commit``, or judge the one found; a lost answer is settled by
+    reading the branch (the name is the run's: a branch there is this creation or judged as foreign).
+
+    :param client: the lakeFS client.
+    :param repository: the repository.
+    :param name: the branch.
+    :param input_commit: the commit to make it from.
+    :param recorded: whether the run state records this run making it from ``input_commit``.
+    :param run: ``(dag_id, run_id)``.
+    :return: ``("created" | "found", why)``.
+    :raises RunBranchError: when a branch found is not this run's.
+    :raises LakeFSUnavailableError: when the creation could not be settled.
+    """
+    for _round in range(CREATE_ROUNDS):
+        try:
+            client.create_branch(repository, name, input_commit)
+            return "created", f"made from {input_commit}"
+        except LakeFSConflictError:
+            pass  # exists: judged below
+        except LakeFSUnavailableError:
+            pass  # the answer was lost: the branch tells
+        try:
+            head = client.get_commit(repository, name).id
+        except LakeFSNotFoundError:
+            continue  # the creation did not land: try again
+        foreign = None
+        if head != input_commit and recorded:
+            # Every commit above the input must be one this run wrote (one log call, on this path only).
+            log = client.log_commits(repository, head, amount=LOG_AMOUNT)
+            foreign = first_foreign([(c.id, c.metadata) for c in log], input_commit, *run)
+        return "found", judge_existing(name, head, input_commit, recorded=recorded, foreign=foreign)
+    raise LakeFSUnavailableError(
+        f"could not settle the creation of branch {name!r} in {repository!r} in {CREATE_ROUNDS} rounds; "
+        "nothing else was written. What to do: check that lakeFS is reachable, then clear the task.",
+        operation="create_branch",
+    )
 
 
 class LakeFSPublishRunOperator(FencedPublishOperatorBase):
