@@ -299,7 +299,14 @@ class LakeFSClient(ObjectsMixin):
         return [(ref.id, ref.commit_id) for ref in pages]
 
     def merge(
-        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
+        self,
+        repository: str,
+        source_ref: str,
+        destination: str,
+        message: str,
+        metadata: Mapping[str, str],
+        *,
+        squash: bool = False,
     ) -> str:
         """Merge ``source_ref`` into branch ``destination``; return the merge commit id.
 
@@ -308,9 +315,13 @@ class LakeFSClient(ObjectsMixin):
         :param destination: the destination branch.
         :param message: the merge commit message.
         :param metadata: the merge commit metadata.
+        :param squash: record only the destination as the commit's parent (lakeFS's ``squash_merge``):
+            one commit holding the source's changes.
         :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
         """
         merge = Merge(message=message, metadata=dict(metadata))  # type: ignore[call-arg]
+        if squash:
+            merge.squash_merge = True
         result = self._call(
             "merge",
             f"{source_ref!r} into {destination!r} in {repository!r}",

@@ -21,6 +21,14 @@ from typing import Any
 from airflow.sdk import BaseOperator, XComArg
 
 from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.core.metadata import (
+    ROLE_STAGE,
+    LakeFenceRecord,
+    check_user_metadata,
+    decode_metadata,
+    encode_metadata,
+    write_set_metadata,
+)
 from airflow_lakefence.core.request import normalise_prefixes
 from airflow_lakefence.core.run_branch import (
     DEFAULT_TEMPLATE,
@@ -36,6 +44,7 @@ from airflow_lakefence.exceptions import (
     InputRefError,
     InvalidInputError,
     LakeFSConflictError,
+    LakeFSNoChangesError,
     LakeFSNotFoundError,
     LakeFSUnavailableError,
     OutputPrefixError,
@@ -210,9 +219,11 @@ class LakeFSPublishRunOperator(FencedPublishOperatorBase):
     else. ``fence_scope="prefixes"`` with the run's ``output_prefixes`` lets runs of disjoint
     partitions publish into one branch side by side; ``hard_fence`` works as for any fenced task.
 
-    How: the attempt's staging branch is made from the run's input and pointed at the run branch's
-    head (after checking that the head descends from the input and, with ``output_prefixes``, that
-    every path the run changed lies under them); the engine then stages, fences and publishes it.
+    How: the attempt's staging branch is made from the run's input and the run branch's head is
+    squash-merged into it as this attempt's staged commit (after checking that the head descends
+    from the input and, with ``output_prefixes``, that every path the run changed lies under them);
+    the engine then fences and publishes it. The target's history gets one staged commit per run
+    publication; the run branch keeps the run's own commits.
 
     The run branch is kept after publishing unless ``delete_run_branch=True``: kept, a re-run of the
     whole run finds its branch, each task replaces its own earlier publication there and this step
@@ -301,9 +312,44 @@ class LakeFSPublishRunOperator(FencedPublishOperatorBase):
                 "not made from this run's input, so nothing was published. What to do: pass the run branch step's "
                 "XCom input_commit as input_ref."
             )
-        client.hard_reset(repo, staging, head)
-        self.log.info("Staging branch %s points at run branch %s's HEAD %s", staging, self.run_branch, head)
+        self._squash_into_staging(client, repo, head, staging, input_commit)
         self._check_run_prefixes(client, repo, input_commit, head, staging)
+
+    def _squash_into_staging(self, client: LakeFSClient, repo: str, head: str, staging: str, input_commit: str) -> None:
+        """Squash-merge the run branch's HEAD into the staging branch (at the input) as this attempt's
+        staged commit: one commit on the input, carrying this attempt's ``stage`` record, holding every
+        change of the run. The engine's staging step finds it by that record (lakeFS answers "no
+        changes" to its commit), and every fence judges it as this publication key's own change (the
+        scoped fence too: the run's tasks' commits stay on the run branch)."""
+        assert self._fence is not None
+        record = LakeFenceRecord(self._fence.attempt, ROLE_STAGE, input_commit)
+        scope = self._scope()
+        metadata = {
+            **check_user_metadata(self.commit_metadata),
+            **encode_metadata(record),
+            **write_set_metadata(scope.write if scope is not None else ()),
+        }
+        message = self.commit_message or f"lakefence: stage run branch {self.run_branch}"
+        for _round in range(CREATE_ROUNDS):
+            try:
+                client.merge(repo, head, staging, message, metadata, squash=True)
+                break
+            except LakeFSNoChangesError:
+                self.log.info(
+                    "Run branch %s's HEAD %s holds the input's tree: nothing to publish", self.run_branch, head
+                )
+                return
+            except LakeFSUnavailableError as exc:
+                if decode_metadata(client.get_commit(repo, staging).metadata) == record:
+                    break  # the merge landed; its answer was lost
+                self.log.warning("Squashing the run branch: the answer was lost (%s) and it did not land: again", exc)
+        else:
+            raise LakeFSUnavailableError(
+                f"could not squash run branch {self.run_branch!r} into {staging!r} in {CREATE_ROUNDS} rounds; "
+                "nothing published. What to do: check that lakeFS is reachable, then clear the task.",
+                operation="merge",
+            )
+        self.log.info("Staging branch %s holds run branch %s's HEAD %s, squashed", staging, self.run_branch, head)
 
     def _check_run_prefixes(self, client: LakeFSClient, repo: str, input_commit: str, head: str, staging: str) -> None:
         """Every path the run changed since its input lies under ``output_prefixes`` (one diff listing)."""

@@ -74,32 +74,23 @@ def die_when_head_is(
 def assert_published_once(repo: lakefs.Repository, input_commit: str, dr: Any) -> lakefs.Commit:
     """``main`` holds the run's publication once, on the run's input; returns main's HEAD.
 
-    A merge leaves one commit on the input; a replacement points ``main`` at the staged commit, which
-    sits on the run branch's HEAD (the run's own commits, on the input): nothing of an earlier try.
+    The staged commit is the run branch's HEAD squashed onto the input (one commit, this attempt's
+    record); a merge leaves one commit on the input, a replacement points ``main`` at the staged commit.
     """
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "publish")
     name = xcoms(dr, "run_branch")["return_value"]
     assert values["output_ref"] == head.id
     assert head.metadata[RUN_BRANCH_METADATA_KEY] == name
-    above = publications_on_top_of(repo, input_commit)
+    assert publications_on_top_of(repo, input_commit) == [head.id]
+    staged = repo.commit(values["staged_commit"]).get_commit()
+    assert staged.parents == [input_commit]
+    assert list(repo.ref(staged.id).diff(repo.ref(name))) == []  # the run branch's tree, whole
     if values["decision"] == "replace":
-        assert head.id == values["staged_commit"]
-        run_line = publications_on_top_of_ref(repo, name, input_commit)
-        assert above == [head.id, *run_line] and head.parents == [run_line[0]]
+        assert head.id == staged.id
     else:
-        assert above == [head.id] and head.parents[0] == input_commit
+        assert head.parents == [input_commit, staged.id]
     return head
-
-
-def publications_on_top_of_ref(repo: lakefs.Repository, ref: str, input_commit: str) -> list[str]:
-    """Commit ids on ``ref``'s first-parent line above ``input_commit``, newest first."""
-    above = []
-    for commit in repo.ref(ref).log(first_parent=True):
-        if commit.id == input_commit:
-            return above
-        above.append(commit.id)
-    raise AssertionError(f"input commit is not on {ref}'s history")
 
 
 def test_a_run_publishes_its_branch_into_main_once(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
@@ -118,8 +109,6 @@ def test_a_run_publishes_its_branch_into_main_once(rdags: Any, seeded: tuple[lak
     values = xcoms(dr, "publish")
     assert (values["decision"], values["input_ref"]) == ("merge", input_commit)
     head = assert_published_once(repo, input_commit, dr)
-    staged = repo.commit(values["staged_commit"]).get_commit()
-    assert head.parents == [input_commit, staged.id] and staged.parents == [run_head.id]
     record = decode_metadata(head.metadata)
     assert record is not None and (record.role, record.attempt.key.run_id) == ("publish", dr.run_id)
     assert read_text(repo, "main", "out/a.txt") == "A"
@@ -153,11 +142,12 @@ def test_the_publishing_steps_lost_answer_is_its_own_publication(
 ) -> None:
     repo, input_commit = seeded
     lakefs_controls.reset_counts()
-    # The run's second merge is the publication into main (the first: the task's into the run branch).
-    lakefs_controls.add_fault("mergeIntoBranch", nth=2, drop=True, when="after")
+    # The run's third merge is the publication into main (the first: the task's into the run branch;
+    # the second: the run branch squashed into the publishing attempt's staging branch).
+    lakefs_controls.add_fault("mergeIntoBranch", nth=3, drop=True, when="after")
     dr = run(rdags.run_dag, conf(repo))
     assert dr.state == "success"
-    assert lakefs_controls.counts()["mergeIntoBranch"] == 2
+    assert lakefs_controls.counts()["mergeIntoBranch"] == 3
     assert xcoms(dr, "publish")["decision"] == "idempotent"
     assert tries(dr)["publish"] == ("success", 1)
     assert_published_once(repo, input_commit, dr)
@@ -186,7 +176,6 @@ def test_a_task_killed_after_writing_into_the_run_branch_leaves_its_output_once(
     assert xcoms(dr, "write")["decision"] == "replace"
     assert run_head.parents == [input_commit]  # replaced in the run branch, not stacked on try 1's
     head = assert_published_once(repo, input_commit, dr)
-    assert repo.commit(xcoms(dr, "publish")["staged_commit"]).get_commit().parents == [run_head.id]
     assert read_text(repo, head.id, "out/a.txt") == "A"
 
 
@@ -269,3 +258,21 @@ def test_a_foreign_branch_of_the_runs_name_fails_closed(rdags: Any, seeded: tupl
     assert tries(dr)["run_branch"][0] == "failed" and tries(dr)["write"][0] == "upstream_failed"
     assert repo.branch(name).get_commit().id == other  # nothing written into it
     assert publications_on_top_of(repo, input_commit)[1:] == [first]  # the run's publication stays
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the scoped fence's merge-only replacement of an abandoned publication by a staged commit with the same "
+    "tree ends with lakeFS answering 'no changes' to the final merge, read as an unconfirmed publish "
+    "(core/scoped_publish.py, core/merge_only.py); a run's retry always stages the same tree",
+)
+def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    died = die_when_head_is(repo, lambda: "main", "publish")
+    dr = run(rdags.scoped_dag, conf(repo, {"tables/t/p=a/part.txt": "a"}, output_prefixes=["tables/t/p=a/"]))
+    assert dr.state == "success" and len(died) == 1, rdags.FAILURES
+    assert tries(dr)["publish"] == ("success", 2)
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert died[0] not in [c.id for c in repo.branch("main").log(first_parent=True)]

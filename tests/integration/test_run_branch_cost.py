@@ -30,22 +30,21 @@ FENCED_TASK = {
     "mergeIntoBranch": 1,
     "deleteBranch": 1,
 }
-#: The run publication: the single fenced task's calls, and five more: its job points the staging branch
-#: at the run branch's HEAD (reading that HEAD, one merge base, one hard reset); staging then finds
-#: "no changes" (the refused commit), reads the staging branch's HEAD (the run's commit, not this
-#: attempt's record) and writes the stage commit on it.
+#: The run publication: the single fenced task's calls, and four more: its job reads the run branch's
+#: HEAD, checks with one merge base that it descends from the input and squash-merges it into the
+#: staging branch (this attempt's staged commit); staging then finds "no changes" (the refused commit
+#: of the fenced task's count) and reads the staging branch's HEAD, which carries this attempt's record.
 RUN_PUBLICATION = {
     "getCommit": 5,
     "createBranch": 1,
     "findMergeBase": 1,
-    "hardResetBranch": 1,
-    "commit": 2,
-    "mergeIntoBranch": 1,
+    "mergeIntoBranch": 2,
+    "commit": 1,
     "deleteBranch": 1,
 }
 
 
-def test_a_run_publication_costs_a_fenced_publish_plus_five_calls(
+def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
     seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
 ) -> None:
     repo, _input_commit = seeded
@@ -74,4 +73,4 @@ def test_a_run_publication_costs_a_fenced_publish_plus_five_calls(
     cost = {t: dict(marks[i + 1] - marks[i]) for i, t in enumerate(tasks)}
     assert cost == {"run_branch": RUN_BRANCH, "write": FENCED_TASK, "publish": RUN_PUBLICATION}, cost
     fenced, run = sum(FENCED_TASK.values()) - 1, sum(RUN_PUBLICATION.values())  # the upload aside
-    assert (fenced, run) == (7, 12)
+    assert (fenced, run) == (7, 11)
