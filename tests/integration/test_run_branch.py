@@ -269,7 +269,7 @@ def test_a_foreign_branch_of_the_runs_name_fails_closed(rdags: Any, seeded: tupl
 def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
     rdags: Any, seeded: tuple[lakefs.Repository, str]
 ) -> None:
-    repo, input_commit = seeded
+    repo, _input_commit = seeded
     died = die_when_head_is(repo, lambda: "main", "publish")
     dr = run(rdags.scoped_dag, conf(repo, {"tables/t/p=a/part.txt": "a"}, output_prefixes=["tables/t/p=a/"]))
     assert dr.state == "success" and len(died) == 1, rdags.FAILURES
