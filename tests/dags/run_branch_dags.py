@@ -31,8 +31,8 @@ def write_files(lakefence: Any, dag_run: Any = None) -> None:
         target.write_text(text)
 
 
-def _run_dag(dag_id: str, **publish: Any) -> Any:
-    with failure_recording_dag(dag_id, FAILURES, retries=1) as dag:
+def _run_dag(dag_id: str, retries: int = 1, **publish: Any) -> Any:
+    with failure_recording_dag(dag_id, FAILURES, retries=retries) as dag:
         branch = LakeFSRunBranchOperator(
             task_id="run_branch", repository=REPO, source_ref="{{ dag_run.conf.get('source', 'main') }}"
         )
@@ -61,3 +61,4 @@ scoped_dag = _run_dag(
     "lf_run_branch_scoped", fence_scope="prefixes", output_prefixes="{{ dag_run.conf['output_prefixes'] }}"
 )
 deleting_dag = _run_dag("lf_run_branch_deleting", delete_run_branch=True)
+once_dag = _run_dag("lf_run_branch_once", retries=0)

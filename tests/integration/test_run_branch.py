@@ -276,3 +276,25 @@ def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
     assert tries(dr)["publish"] == ("success", 2)
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
     assert died[0] not in [c.id for c in repo.branch("main").log(first_parent=True)]
+
+
+def test_the_abandoned_sensor_recognises_an_abandoned_run_publication(
+    rdags: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, _input_commit = seeded
+    died = die_when_head_is(repo, lambda: "main", "publish")
+    dr = run(rdags.once_dag, conf(repo))  # no retry: the publication stays abandoned
+    assert dr.state == "failed" and len(died) == 1
+    watch = {"repository": repo.id, "publisher_dag_id": "lf_run_branch_once", "publisher_task_id": "publish"}
+    sensed = run(sensors.detect_dag, watch)
+    assert sensed.state == "success"
+    found = xcoms(sensed, "sense")["return_value"]
+    assert (found["verdict"], found["head"]) == ("abandoned", died[0])
+    assert (found["dag_id"], found["run_id"], found["task_id"], found["state"]) == (
+        "lf_run_branch_once",
+        dr.run_id,
+        "publish",
+        "failed",
+    )
+    head = repo.branch("main").get_commit()
+    assert head.metadata[RUN_BRANCH_METADATA_KEY] == xcoms(dr, "run_branch")["return_value"]

@@ -84,3 +84,19 @@ def test_anything_else_fails_closed_saying_what_to_do(recorded: bool, foreign: s
         judge_existing("b", A, INPUT, recorded=recorded, foreign=foreign)
     message = str(caught.value)
     assert why in message and f"not at the run's input {INPUT}" in message and "What to do" in message
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "run-etl-manual__2026",
+        "lakefence-run-etl",  # under the staging prefix
+        "lakefence-publish-0123456789abcdef-t1-abcdef12",  # a staging branch's very shape, as the stem
+        "lakefence-publish-0123456789abcdef-t1-abcdef12-mo",  # a temporary branch's shape
+    ],
+)
+def test_the_staging_cleaner_never_takes_a_run_branch_for_a_staging_branch(template: str) -> None:
+    from airflow_lakefence.core.cleanup import inspect_branch
+
+    name = run_branch_name(template, "etl", "manual__1")
+    assert inspect_branch(name, "c" * 64, {}, "lakefence") is None
