@@ -35,6 +35,7 @@ from tests.integration.helpers import (
     publish_conf,
     read_text,
     run_dag,
+    run_existing,
     staging_branches,
     ti_state,
     xcoms,
@@ -85,12 +86,8 @@ def running_key(dag_id: str) -> PublicationKey:
 def clear_and_rerun(dag: Any, dag_run: Any, task_id: str | list[str] = "publish") -> Any:
     """Clear finished task instances (a new try, as the UI's "Clear" does; one task id or several)
     and run them under the same dag.test() loop; return the refreshed DagRun."""
-    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
-    from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
 
     with create_session() as session:
         task_ids = [task_id] if isinstance(task_id, str) else task_id
@@ -101,28 +98,7 @@ def clear_and_rerun(dag: Any, dag_run: Any, task_id: str | list[str] = "publish"
             .all()
         )
         clear_task_instances(tis, session)
-    with create_session() as session:
-        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
-        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
-        dr.state = DagRunState.RUNNING
-        session.commit()
-        while dr.state == DagRunState.RUNNING:
-            session.expire_all()
-            schedulable, _ = dr.update_state(session=session)
-            for ti in schedulable:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
-                try:
-                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
-                except Exception:  # the failure is recorded by the DAG's callback, as under dag.test()
-                    pass
-            session.expire_all()
-    with create_session() as session:
-        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
-        session.expunge(dr)
-        return dr
+    return run_existing(dag, dag_run.run_id)
 
 
 class DbView:
