@@ -79,6 +79,7 @@ LOCAL_SMOKE = (
     "tests/integration/test_run_branch.py::",
     "tests/integration/test_run_branch_cost.py::",
     "tests/integration/test_lakefs_provider_operators.py::",
+    "tests/integration/test_example_branch_per_run.py::",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"
