@@ -62,3 +62,10 @@ scoped_dag = _run_dag(
 )
 deleting_dag = _run_dag("lf_run_branch_deleting", delete_run_branch=True)
 once_dag = _run_dag("lf_run_branch_once", retries=0)
+hard_dag = _run_dag("lf_run_branch_hard", hard_fence="require")
+scoped_hard_dag = _run_dag(
+    "lf_run_branch_scoped_hard",
+    fence_scope="prefixes",
+    output_prefixes="{{ dag_run.conf['output_prefixes'] }}",
+    hard_fence="require",
+)

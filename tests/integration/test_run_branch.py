@@ -298,3 +298,43 @@ def test_the_abandoned_sensor_recognises_an_abandoned_run_publication(
     )
     head = repo.branch("main").get_commit()
     assert head.metadata[RUN_BRANCH_METADATA_KEY] == xcoms(dr, "run_branch")["return_value"]
+
+
+@pytest.fixture
+def fenced_main(seeded: tuple[lakefs.Repository, str], lakefs_server: Any) -> tuple[lakefs.Repository, str]:
+    """``seeded`` with the hard fence installed on ``main``; returns (repo, main's HEAD: the run's input)."""
+    from airflow_lakefence.hardfence import install_hard_fence
+    from airflow_lakefence.lakefs_client import LakeFSClient
+
+    repo, _ = seeded
+    client = LakeFSClient(lakefs_server.url, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+    return repo, install_hard_fence(client, repo.id, "main").head
+
+
+@pytest.mark.hard_fence
+def test_a_run_publishes_through_the_hard_fence(rdags: Any, fenced_main: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = fenced_main
+    dr = run(rdags.hard_dag, conf(repo))
+    assert dr.state == "success", rdags.FAILURES
+    assert xcoms(dr, "publish")["decision"] == "merge"
+    head = assert_published_once(repo, input_commit, dr)
+    assert head.metadata["lakefence.expected_head"] == input_commit  # lakeFS's hook checked it
+
+
+@pytest.mark.hard_fence
+@pytest.mark.scoped
+def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
+    rdags: Any, fenced_main: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = fenced_main
+    runs = [
+        run(
+            rdags.scoped_hard_dag,
+            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+        )
+        for p in ("a", "b")
+    ]
+    assert [r.state for r in runs] == ["success", "success"], rdags.FAILURES
+    assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
