@@ -17,6 +17,8 @@ _LAZY = {
     "PublishOptions": "airflow_lakefence.core.request",
     "LakeFSResolveRefOperator": "airflow_lakefence.operators.resolve_ref",
     "LakeFSStagingCleanupOperator": "airflow_lakefence.operators.cleanup",
+    "LakeFSRunBranchOperator": "airflow_lakefence.operators.run_branch",
+    "LakeFSPublishRunOperator": "airflow_lakefence.operators.run_branch",
     "AbandonedPublicationSensor": "airflow_lakefence.sensors.abandoned",
     "LakeFSCommitSensor": "airflow_lakefence.sensors.lakefs",
     "LakeFSFileSensor": "airflow_lakefence.sensors.lakefs",
@@ -59,6 +61,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_lakefence.operators.fenced_python",
                     "airflow_lakefence.operators.resolve_ref",
                     "airflow_lakefence.operators.cleanup",
+                    "airflow_lakefence.operators.run_branch",
+                    "airflow_lakefence.operators.lakefs",
                 ],
             }
         ],

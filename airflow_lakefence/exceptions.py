@@ -29,6 +29,7 @@ The hierarchy::
     │   ├── MergeHookRejectedError               a user's pre-merge hook refused the merge
     │   └── DeltaLogError                        a staged Delta change is not commits appended in order
     ├── PublishBudgetError                       too little time left to start publishing
+    ├── RunBranchError                           a branch of the run branch's name was not made by this run
     ├── HardFenceInstallError                    the hard fence could not be installed
     └── LakeFSError                              a lakeFS call failed (status, operation)
         ├── LakeFSBadRequestError                400
@@ -78,6 +79,7 @@ __all__ = [
     "PublishBudgetError",
     "PublishFenceError",
     "PublishRaceError",
+    "RunBranchError",
     "S3AConfigError",
     "ScopeOverlapError",
     "SparkJobError",
@@ -137,6 +139,10 @@ class PublishFenceError(LakeFenceError):
     def __init__(self, message: str, *, staging_branch: str | None = None) -> None:
         super().__init__(message)
         self.staging_branch = staging_branch
+
+
+class RunBranchError(LakeFenceError):
+    """A run branch cannot be used: a branch of its name exists that this run did not make from its input."""
 
 
 class OutputPrefixError(PublishFenceError):

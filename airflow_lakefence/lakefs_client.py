@@ -192,6 +192,23 @@ class LakeFSClient(ObjectsMixin):
         )
         return commit_from_sdk(commit)
 
+    def commit_details(self, repository: str, ref: str) -> dict[str, Any]:
+        """Resolve ``ref`` to its commit, as lakeFS describes it (``id``, ``parents``, ``committer``,
+        ``message``, ``creation_date``, ``meta_range_id``, ``metadata``, ``generation``, ``version``).
+
+        :param repository: the repository name.
+        :param ref: the ref.
+        :raises LakeFSNotFoundError: if the repository or ref does not exist.
+        :raises LakeFSError: for any other failure.
+        """
+        commit = self._call(
+            "get_commit",
+            f"ref {ref!r} in {repository!r}",
+            lambda: self._api.commits_api.get_commit(repository, ref, _request_timeout=self._timeout),
+            idempotent=True,
+        )
+        return dict(commit.to_dict())
+
     def commit(
         self, repository: str, branch: str, message: str, metadata: Mapping[str, str], *, allow_empty: bool = False
     ) -> CommitInfo | None:
@@ -282,7 +299,14 @@ class LakeFSClient(ObjectsMixin):
         return [(ref.id, ref.commit_id) for ref in pages]
 
     def merge(
-        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
+        self,
+        repository: str,
+        source_ref: str,
+        destination: str,
+        message: str,
+        metadata: Mapping[str, str],
+        *,
+        squash: bool = False,
     ) -> str:
         """Merge ``source_ref`` into branch ``destination``; return the merge commit id.
 
@@ -291,9 +315,13 @@ class LakeFSClient(ObjectsMixin):
         :param destination: the destination branch.
         :param message: the merge commit message.
         :param metadata: the merge commit metadata.
+        :param squash: record only the destination as the commit's parent (lakeFS's ``squash_merge``):
+            one commit holding the source's changes.
         :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
         """
         merge = Merge(message=message, metadata=dict(metadata))  # type: ignore[call-arg]
+        if squash:
+            merge.squash_merge = True
         result = self._call(
             "merge",
             f"{source_ref!r} into {destination!r} in {repository!r}",
@@ -376,6 +404,28 @@ class LakeFSClient(ObjectsMixin):
             ),
             idempotent=False,
         )
+
+    # -- symlinks (Hive-style manifests of a branch's objects) -----------------------------------
+
+    def create_symlink_file(self, repository: str, branch: str, location: str | None = None) -> str:
+        """Write symlink files for ``branch`` (lakeFS's ``createSymlinkFile``); return their location.
+
+        Repeating it rewrites the same files, so it is retried like a read.
+
+        :param repository: the repository name.
+        :param branch: the branch.
+        :param location: where to write them (lakeFS's default when ``None``).
+        :raises LakeFSError: on failure.
+        """
+        result = self._call(
+            "create_symlink_file",
+            f"symlinks of branch {branch!r} in {repository!r}",
+            lambda: self._api.internal_api.create_symlink_file(
+                repository, branch, location=location, _request_timeout=self._timeout
+            ),
+            idempotent=True,
+        )
+        return str(result.location)
 
     # -- diffs -------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import http
+import io
 import json
 import os
 import urllib.parse
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import urllib3
 from lakefs.exceptions import handle_http_error
@@ -125,6 +126,20 @@ class ObjectsMixin:
         :param local_path: the local file.
         :raises LakeFSError: on failure.
         """
+        self._upload(repository, branch, path, lambda: open(local_path, "rb"))
+
+    def upload_bytes(self, repository: str, branch: str, path: str, data: bytes) -> None:
+        """Upload a small object held in memory into ``branch`` at ``path``.
+
+        :param repository: the repository name.
+        :param branch: the branch.
+        :param path: the object path.
+        :param data: the object's bytes.
+        :raises LakeFSError: on failure.
+        """
+        self._upload(repository, branch, path, lambda: io.BytesIO(data))
+
+    def _upload(self, repository: str, branch: str, path: str, opener: Callable[[], BinaryIO]) -> None:
         api_client = self._api.objects_api.api_client
         resource = urllib.parse.quote(f"/repositories/{repository}/branches/{branch}/objects", encoding="utf-8")
         url = f"{self._host}{resource}?{urllib.parse.urlencode({'path': path})}"
@@ -134,7 +149,7 @@ class ObjectsMixin:
 
         def send() -> None:
             headers = {"Accept": "application/json", "Content-Type": content_type}
-            with open(local_path, "rb") as body:
+            with opener() as body:
                 api_client.update_params_for_auth(headers, None, ["basic_auth"], resource, "POST", body)
                 resp = api_client.rest_client.pool_manager.request(
                     method="POST",
@@ -147,7 +162,7 @@ class ObjectsMixin:
                 handle_http_error(resp)
             json.loads(resp.data)  # a malformed answer means the upload is not acknowledged
 
-        # Uploads to a private staging branch overwrite the same path: safe to repeat.
+        # Uploads overwrite the same path with the same bytes: safe to repeat.
         self._call("upload_object", f"object {path!r} on {branch!r} in {repository!r}", send, idempotent=True)
 
     def upload_tree(

@@ -78,6 +78,11 @@ LOCAL_SMOKE = (
     # many writers on one branch: the scoped fence through the engine and the operators, and its cost
     "tests/integration/test_scoped_publish.py::",
     "tests/integration/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
+    # a branch per run and airflow-provider-lakefs's operators, as DAG authors migrating run them
+    "tests/integration/test_run_branch.py::",
+    "tests/integration/test_run_branch_cost.py::",
+    "tests/integration/test_lakefs_provider_operators.py::",
+    "tests/integration/test_example_branch_per_run.py::",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_lakefence.core.run_state import pin_input, pinned_input
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.links import LakeFSSensorCommitLink
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
+from airflow_lakefence.task_instances import TaskStateStoreRunState
 from airflow_lakefence.triggers.lakefs import LakeFSCommitTrigger, LakeFSFileTrigger
 from airflow_lakefence.triggers.probes import probe_new_commit, probe_object
 
@@ -18,6 +20,16 @@ def _required(value: object, name: str) -> str:
     return value
 
 
+def _one_of(value: str | None, name: str, alias: str | None, alias_name: str) -> str:
+    """The value given under ``name`` or under airflow-provider-lakefs's ``alias_name``, not both."""
+    if value is not None and alias is not None:
+        raise InvalidInputError(f"give {name} or {alias_name}, not both")
+    result = value if value is not None else alias
+    if result is None:
+        raise InvalidInputError(f"{name} is required")
+    return result
+
+
 class LakeFSCommitSensor(LakeFSBaseSensor):
     """Wait until a branch's HEAD moves away from ``since_ref``, optionally changing ``prefix``.
 
@@ -25,25 +37,60 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
     name, to read exactly what the sensor saw. A poke costs one ``get_commit`` while nothing moved,
     and one more call (a one-entry diff under ``prefix``, or resolving ``since_ref``) when HEAD differs.
 
+    airflow-provider-lakefs's parameters are accepted too (``repo`` for ``repository``,
+    ``prev_commit_id`` for ``since_ref``), and without either ``since_ref`` the sensor waits for the
+    branch to move from the HEAD it finds when it starts (as that provider's sensor does).
+
     :param repository: the lakeFS repository (templated).
     :param branch: the branch to watch (templated).
     :param since_ref: the commit to compare with, e.g. the commit an earlier task read (templated).
-        A branch name works too but is resolved on every poke.
+        A branch name works too but is resolved on every poke. ``None``: the branch's HEAD when the
+        sensor starts (one more ``get_commit``).
     :param prefix: only a change under this path prefix counts (templated); a commit touching
         nothing under it is ignored.
+    :param repo: airflow-provider-lakefs's name of ``repository``.
+    :param prev_commit_id: airflow-provider-lakefs's name of ``since_ref``.
     :param kwargs: :class:`~airflow_lakefence.sensors.base.LakeFSBaseSensor` arguments.
+    :raises InvalidInputError: when both names of one parameter are given.
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "since_ref", "prefix")
     ui_color = "#c8e6c9"
     operator_extra_links = (LakeFSSensorCommitLink(),)
 
-    def __init__(self, *, repository: str, branch: str, since_ref: str, prefix: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        repository: str | None = None,
+        branch: str,
+        since_ref: str | None = None,
+        prefix: str | None = None,
+        repo: str | None = None,
+        prev_commit_id: str | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
-        self.repository = repository
+        self.repository = _one_of(repository, "repository", repo, "repo")
         self.branch = branch
-        self.since_ref = since_ref
+        if since_ref is not None and prev_commit_id is not None:
+            raise InvalidInputError("give since_ref or prev_commit_id, not both")
+        self.since_ref = since_ref if since_ref is not None else prev_commit_id
         self.prefix = prefix
+
+    def execute(self, context: Any) -> Any:
+        """Wait for the branch to move; without ``since_ref``, from the HEAD it has now.
+
+        :param context: the Airflow context.
+        """
+        if not self.since_ref:
+            # Resolved once per run: a reschedule or a retry waits from the same commit.
+            state = TaskStateStoreRunState(context)
+            self.since_ref = pinned_input(state, self.branch)
+            if self.since_ref is None:
+                self.since_ref = self.client.get_commit(_required(self.repository, "repository"), self.branch).id
+                pin_input(state, self.branch, self.since_ref)
+            self.log.info("Waiting for %s to move from %s", self.branch, self.since_ref)
+        return super().execute(context)
 
     def probe(self) -> tuple[bool, Any]:
         """One look at the branch; ``(moved, HEAD or None)``."""
@@ -64,7 +111,7 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
         return LakeFSCommitTrigger(
             repository=self.repository,
             branch=self.branch,
-            since_ref=self.since_ref,
+            since_ref=_required(self.since_ref, "since_ref"),
             prefix=self.prefix or None,
             lakefs_conn_id=self.lakefs_conn_id,
             poke_interval=float(self.poke_interval),
@@ -78,12 +125,21 @@ class LakeFSFileSensor(LakeFSBaseSensor):
     Returns the commit id ``ref`` pointed at when the object was found (XCom ``return_value``): the
     ref is resolved first and the object looked up in that very commit. Two lakeFS calls a poke.
 
+    airflow-provider-lakefs's parameters are accepted too (``repo`` for ``repository``, ``branch`` for
+    ``ref``); given ``branch``, the sensor also sees uncommitted objects, as that provider's does.
+
     :param repository: the lakeFS repository (templated).
     :param ref: a branch, tag or commit id (templated).
     :param path: the object path (templated); or
     :param prefix: a path prefix (templated).
+    :param repo: airflow-provider-lakefs's name of ``repository``.
+    :param branch: airflow-provider-lakefs's name of ``ref``.
+    :param uncommitted: look ``path`` up on the branch itself, uncommitted objects included (then the
+        commit returned is the branch's HEAD, which need not hold the object yet); default: only when
+        ``branch`` is given.
     :param kwargs: :class:`~airflow_lakefence.sensors.base.LakeFSBaseSensor` arguments.
-    :raises InvalidInputError: unless exactly one of ``path`` and ``prefix`` is given.
+    :raises InvalidInputError: unless exactly one of ``path`` and ``prefix`` is given, or when both
+        names of one parameter are given.
     """
 
     template_fields: Sequence[str] = ("repository", "ref", "path", "prefix")
@@ -91,13 +147,23 @@ class LakeFSFileSensor(LakeFSBaseSensor):
     operator_extra_links = (LakeFSSensorCommitLink(),)
 
     def __init__(
-        self, *, repository: str, ref: str, path: str | None = None, prefix: str | None = None, **kwargs: Any
+        self,
+        *,
+        repository: str | None = None,
+        ref: str | None = None,
+        path: str | None = None,
+        prefix: str | None = None,
+        repo: str | None = None,
+        branch: str | None = None,
+        uncommitted: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if (path is None) == (prefix is None):
             raise InvalidInputError("LakeFSFileSensor needs exactly one of path and prefix")
-        self.repository = repository
-        self.ref = ref
+        self.repository = _one_of(repository, "repository", repo, "repo")
+        self.ref = _one_of(ref, "ref", branch, "branch")
+        self.uncommitted = branch is not None if uncommitted is None else uncommitted
         self.path = path
         self.prefix = prefix
 
@@ -111,6 +177,7 @@ class LakeFSFileSensor(LakeFSBaseSensor):
             ref=_required(self.ref, "ref"),
             path=self.path,
             prefix=self.prefix,
+            uncommitted=self.uncommitted,
         )
         return commit is not None, commit
 
@@ -124,6 +191,7 @@ class LakeFSFileSensor(LakeFSBaseSensor):
             ref=self.ref,
             path=self.path,
             prefix=self.prefix,
+            uncommitted=self.uncommitted,
             lakefs_conn_id=self.lakefs_conn_id,
             poke_interval=float(self.poke_interval),
             deadline=deadline,

@@ -217,7 +217,7 @@ class LakeFSFileTrigger(LakeFSPollingTrigger):
     :param deadline: epoch seconds after which the trigger gives up.
     """
 
-    _fields = ("repository", "ref", "path", "prefix")
+    _fields = ("repository", "ref", "path", "prefix", "uncommitted")
 
     def __init__(
         self,
@@ -229,6 +229,7 @@ class LakeFSFileTrigger(LakeFSPollingTrigger):
         lakefs_conn_id: str,
         poke_interval: float = 60.0,
         deadline: float | None = None,
+        uncommitted: bool = False,
     ) -> None:
         super().__init__(lakefs_conn_id=lakefs_conn_id, poke_interval=poke_interval, deadline=deadline)
         if (path is None) == (prefix is None):
@@ -237,8 +238,16 @@ class LakeFSFileTrigger(LakeFSPollingTrigger):
         self.ref = ref
         self.path = path
         self.prefix = prefix
+        self.uncommitted = uncommitted
 
     def probe(self) -> tuple[bool, Any]:
         """One look at the ref."""
-        commit = probe_object(self.client, repository=self.repository, ref=self.ref, path=self.path, prefix=self.prefix)
+        commit = probe_object(
+            self.client,
+            repository=self.repository,
+            ref=self.ref,
+            path=self.path,
+            prefix=self.prefix,
+            uncommitted=self.uncommitted,
+        )
         return commit is not None, commit

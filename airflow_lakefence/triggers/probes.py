@@ -139,7 +139,13 @@ def probe_new_commit(
 
 
 def probe_object(
-    client: LakeFSClient, *, repository: str, ref: str, path: str | None, prefix: str | None
+    client: LakeFSClient,
+    *,
+    repository: str,
+    ref: str,
+    path: str | None,
+    prefix: str | None,
+    uncommitted: bool = False,
 ) -> str | None:
     """Return the commit ``ref`` points at when ``path`` (or anything under ``prefix``) exists there,
     else ``None``. Two lakeFS calls: the ref is resolved first, so the object is looked up in the
@@ -150,8 +156,20 @@ def probe_object(
     :param ref: a branch, tag or commit.
     :param path: an object path; or
     :param prefix: a path prefix.
+    :param uncommitted: look ``path`` up on the branch itself, uncommitted objects included (as
+        airflow-provider-lakefs's sensor does); the commit reported is then the branch's HEAD after
+        the object was found, which need not hold it yet.
     :raises InputRefError: if the repository or ref does not exist.
     """
+    if uncommitted and path:
+        try:
+            client.stat_object(repository, ref, path)
+        except LakeFSNotFoundError:
+            return None
+        try:
+            return client.get_commit(repository, ref).id
+        except LakeFSNotFoundError as exc:
+            raise InputRefError(f"ref {ref!r} not found in repository {repository!r}") from exc
     try:
         commit = client.get_commit(repository, ref).id
     except LakeFSNotFoundError as exc:

@@ -217,3 +217,36 @@ def foreign_commit_during_the_job(dag: Any, failures: dict[Any, BaseException], 
     assert type(error) is PublishFenceError
     assert repo.branch("main").get_commit().id == foreign[0]
     return dr, error
+
+
+def run_existing(dag: Any, run_id: str) -> Any:
+    """Run an existing DAG run (queued, or with cleared task instances) to its end with dag.test()'s
+    loop, in this process: what the scheduler would do; return the refreshed DagRun."""
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
+        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        dr.state = DagRunState.RUNNING
+        session.commit()
+        while dr.state == DagRunState.RUNNING:
+            session.expire_all()
+            schedulable, _ = dr.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
+                try:
+                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+                except Exception:  # the failure is recorded by the DAG's callback, as under dag.test()
+                    pass
+            session.expire_all()
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
+        session.expunge(dr)
+        return dr

@@ -37,6 +37,7 @@ from tests.integration.helpers import (
     publish_conf,
     read_text,
     run_dag,
+    run_existing,
     staging_branches,
     ti_state,
     xcoms,
@@ -82,51 +83,36 @@ def running_key(dag_id: str) -> PublicationKey:
         return PublicationKey(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
 
 
-def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish", *, forget_task_state: bool = False) -> Any:
-    """Clear a finished task instance (a new try, as the UI's "Clear" does) and run it under the
-    same dag.test() loop; return the refreshed DagRun. ``forget_task_state``: the clear also deletes
-    the task's own state (Airflow's ``task_state_store``), as a later Airflow plans to."""
-    from airflow.models.dagrun import DagRun
+def clear_and_rerun(
+    dag: Any, dag_run: Any, task_id: str | list[str] = "publish", *, forget_task_state: bool = False
+) -> Any:
+    """Clear finished task instances (a new try, as the UI's "Clear" does; one task id or several)
+    and run them under the same dag.test() loop; return the refreshed DagRun. ``forget_task_state``:
+    the clear also deletes the tasks' own state (Airflow's ``task_state_store``), as a later Airflow plans to."""
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
-    from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
 
     with create_session() as session:
-        ti = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
+        task_ids = [task_id] if isinstance(task_id, str) else task_id
+        tis = (
+            session.query(TaskInstance)
+            .filter(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dag_run.run_id)
+            .filter(TaskInstance.task_id.in_(task_ids))
+            .all()
+        )
         if forget_task_state:
             try:
                 from airflow.models.task_state_store import TaskStateStoreModel
             except ImportError:  # before Airflow 3.3 a task has no state of its own to delete
                 TaskStateStoreModel = None
             if TaskStateStoreModel is not None:
-                session.query(TaskStateStoreModel).filter_by(
-                    dag_id=dag.dag_id, run_id=dag_run.run_id, task_id=task_id
+                session.query(TaskStateStoreModel).filter(
+                    TaskStateStoreModel.dag_id == dag.dag_id,
+                    TaskStateStoreModel.run_id == dag_run.run_id,
+                    TaskStateStoreModel.task_id.in_(task_ids),
                 ).delete()
-        clear_task_instances([ti], session)
-    with create_session() as session:
-        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
-        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
-        dr.state = DagRunState.RUNNING
-        session.commit()
-        while dr.state == DagRunState.RUNNING:
-            session.expire_all()
-            schedulable, _ = dr.update_state(session=session)
-            for ti in schedulable:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
-                try:
-                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
-                except Exception:  # the failure is recorded by the DAG's callback, as under dag.test()
-                    pass
-            session.expire_all()
-    with create_session() as session:
-        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id).one()
-        session.expunge(dr)
-        return dr
+        clear_task_instances(tis, session)
+    return run_existing(dag, dag_run.run_id)
 
 
 class DbView:

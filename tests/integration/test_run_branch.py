@@ -1,0 +1,340 @@
+"""A branch per run, published once (docs/howto/branch-per-run.md), end to end under ``dag.test()``:
+real Airflow DB and task execution, real HTTP to lakeFS through the SDK, on both backends.
+
+The DAG (tests/dags/run_branch_dags.py): ``run_branch`` (LakeFSRunBranchOperator) → ``write`` (a fenced
+Python task publishing into the run branch) → ``publish`` (LakeFSPublishRunOperator into ``main``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lakefs
+import pytest
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY, run_hash
+from airflow_lakefence.exceptions import OutputPrefixError, PublishFenceError
+from tests.conftest import load_dag_module
+from tests.integration.helpers import commit_files, publications_on_top_of, read_text, staging_branches
+from tests.integration.test_output_correctness import clear_and_rerun
+
+pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
+
+
+@pytest.fixture
+def rdags() -> Any:
+    """tests/dags/run_branch_dags.py, with the failures of earlier tests forgotten."""
+    module = load_dag_module("testdags/run_branch_dags.py")
+    module.FAILURES.clear()
+    return module
+
+
+def conf(repo: lakefs.Repository, files: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"repository": repo.id, "files": {"out/a.txt": "A"} if files is None else files, **extra}
+
+
+def run(dag: Any, run_conf: dict[str, Any]) -> Any:
+    return dag.test(run_conf=run_conf)
+
+
+def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
+    from tests.integration.helpers import xcoms as read
+
+    return read(dag_run, task_id)
+
+
+def tries(dag_run: Any) -> dict[str, tuple[str | None, int]]:
+    from tests.integration.helpers import ti_state
+
+    return {t: ti_state(dag_run, t) for t in ("run_branch", "write", "publish")}
+
+
+def die_when_head_is(
+    repo: lakefs.Repository, branch: Callable[[], str], task_id: str, try_number: int = 1
+) -> list[str]:
+    """Arm ``after_verify``: the try ``try_number`` of ``task_id`` dies right after its publication
+    lands on ``branch()`` (recognised by the record on the branch's HEAD): a worker killed after it
+    wrote. Returns the HEADs it died on."""
+    died: list[str] = []
+
+    def die() -> None:
+        head = repo.branch(branch()).get_commit()
+        record = decode_metadata(head.metadata)
+        if record is not None and (record.attempt.key.task_id, record.attempt.try_number) == (task_id, try_number):
+            died.append(head.id)
+            raise RuntimeError(f"worker of {task_id} killed after publishing")
+
+    failpoints.arm("after_verify", die)
+    return died
+
+
+def assert_published_once(repo: lakefs.Repository, input_commit: str, dr: Any) -> lakefs.Commit:
+    """``main`` holds the run's publication once, on the run's input; returns main's HEAD.
+
+    The staged commit is the run branch's HEAD squashed onto the input (one commit, this attempt's
+    record); a merge leaves one commit on the input, a replacement points ``main`` at the staged commit.
+    """
+    head = repo.branch("main").get_commit()
+    values = xcoms(dr, "publish")
+    name = xcoms(dr, "run_branch")["return_value"]
+    assert values["output_ref"] == head.id
+    assert head.metadata[RUN_BRANCH_METADATA_KEY] == name
+    assert publications_on_top_of(repo, input_commit) == [head.id]
+    staged = repo.commit(values["staged_commit"]).get_commit()
+    assert staged.parents == [input_commit]
+    assert list(repo.ref(staged.id).diff(repo.ref(name))) == []  # the run branch's tree, whole
+    if values["decision"] == "replace":
+        assert head.id == staged.id
+    else:
+        assert head.parents == [input_commit, staged.id]
+    return head
+
+
+def test_a_run_publishes_its_branch_into_main_once(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run(rdags.run_dag, conf(repo))
+    assert dr.state == "success"
+    branch = xcoms(dr, "run_branch")
+    name = branch["return_value"]
+    assert name.startswith("run-lf_run_branch-manual__") and name.endswith(run_hash(dr.dag_id, dr.run_id))
+    assert (branch["input_commit"], branch["decision"]) == (input_commit, "created")
+    written = xcoms(dr, "write")
+    assert written["decision"] == "merge" and written["input_ref"] == input_commit
+    # The run's task published into the run branch, on the run's input.
+    run_head = repo.branch(name).get_commit()
+    assert run_head.id == written["output_ref"] and run_head.parents[0] == input_commit
+    values = xcoms(dr, "publish")
+    assert (values["decision"], values["input_ref"]) == ("merge", input_commit)
+    head = assert_published_once(repo, input_commit, dr)
+    record = decode_metadata(head.metadata)
+    assert record is not None and (record.role, record.attempt.key.run_id) == ("publish", dr.run_id)
+    assert read_text(repo, "main", "out/a.txt") == "A"
+    assert [b.id for b in repo.branches(prefix=name)] == [name]  # kept (docs: the run's record)
+    assert staging_branches(repo) == []
+
+
+def test_a_run_without_changes_publishes_nothing(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run(rdags.run_dag, conf(repo, {"in/data.txt": "input"}))  # rewrites the input's own bytes
+    assert dr.state == "success"
+    assert xcoms(dr, "publish")["decision"] == "noop"
+    assert repo.branch("main").get_commit().id == input_commit
+
+
+def test_a_worker_killed_after_the_runs_merge_is_replaced_by_the_retry(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    died = die_when_head_is(repo, lambda: "main", "publish")
+    dr = run(rdags.run_dag, conf(repo))
+    assert dr.state == "success" and len(died) == 1
+    assert tries(dr) == {"run_branch": ("success", 1), "write": ("success", 1), "publish": ("success", 2)}
+    assert xcoms(dr, "publish")["decision"] == "replace"
+    head = assert_published_once(repo, input_commit, dr)
+    assert head.id != died[0] and read_text(repo, "main", "out/a.txt") == "A"
+
+
+def test_the_publishing_steps_lost_answer_is_its_own_publication(
+    rdags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, input_commit = seeded
+    lakefs_controls.reset_counts()
+    # The run's third merge is the publication into main (the first: the task's into the run branch;
+    # the second: the run branch squashed into the publishing attempt's staging branch).
+    lakefs_controls.add_fault("mergeIntoBranch", nth=3, drop=True, when="after")
+    dr = run(rdags.run_dag, conf(repo))
+    assert dr.state == "success"
+    assert lakefs_controls.counts()["mergeIntoBranch"] == 3
+    assert xcoms(dr, "publish")["decision"] == "idempotent"
+    assert tries(dr)["publish"] == ("success", 1)
+    assert_published_once(repo, input_commit, dr)
+
+
+def test_a_task_killed_after_writing_into_the_run_branch_leaves_its_output_once(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    names: list[str] = []
+    died = die_when_head_is(repo, lambda: names[0], "write")
+    original = rdags.write_files
+
+    def remember(lakefence: Any, dag_run: Any = None) -> None:
+        names[:] = [lakefence.target_branch]
+        original(lakefence, dag_run)
+
+    rdags.run_dag.task_dict["write"].python_callable = remember
+    try:
+        dr = run(rdags.run_dag, conf(repo))
+    finally:
+        rdags.run_dag.task_dict["write"].python_callable = original
+    assert dr.state == "success" and len(died) == 1
+    assert tries(dr)["write"] == ("success", 2)
+    run_head = repo.branch(names[0]).get_commit()
+    assert xcoms(dr, "write")["decision"] == "replace"
+    assert run_head.parents == [input_commit]  # replaced in the run branch, not stacked on try 1's
+    head = assert_published_once(repo, input_commit, dr)
+    assert read_text(repo, head.id, "out/a.txt") == "A"
+
+
+def test_two_runs_on_one_input_branch_wide_the_second_fails_closed(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    first = run(rdags.run_dag, conf(repo, {"out/a.txt": "A"}, source=input_commit))
+    second = run(rdags.run_dag, conf(repo, {"out/b.txt": "B"}, source=input_commit))
+    assert first.state == "success" and second.state == "failed"
+    error = rdags.FAILURES[("lf_run_branch", 2)]
+    assert type(error) is PublishFenceError and "nothing was run" in str(error)
+    assert publications_on_top_of(repo, input_commit) == [xcoms(first, "publish")["output_ref"]]
+    # The second run's output is still in its run branch.
+    assert read_text(repo, xcoms(second, "run_branch")["return_value"], "out/b.txt") == "B"
+
+
+def test_two_scoped_runs_of_disjoint_partitions_both_land(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    runs = [
+        run(
+            rdags.scoped_dag,
+            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+        )
+        for p in ("a", "b")
+    ]
+    assert [r.state for r in runs] == ["success", "success"]
+    assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
+    assert len(publications_on_top_of(repo, input_commit)) == 2
+
+
+def test_a_run_writing_outside_its_prefixes_fails_closed_and_keeps_the_evidence(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    dr = run(rdags.run_dag, conf(repo, {"out/a.txt": "A", "other/x.txt": "X"}, output_prefixes=["out/"]))
+    assert dr.state == "failed"
+    error = rdags.FAILURES[("lf_run_branch", 2)]  # the DAG retries once: each try keeps its evidence
+    assert isinstance(error, OutputPrefixError) and "other/x.txt" in str(error)
+    assert repo.branch("main").get_commit().id == input_commit
+    kept = staging_branches(repo)
+    assert len(kept) == 2 and error.staging_branch in kept and "-t1-" in kept[0]
+    for branch in kept:
+        assert repo.branch(branch).get_commit().metadata["lakefence.evidence"] == "OutputPrefixError"
+        assert read_text(repo, branch, "other/x.txt") == "X"
+
+
+def test_a_run_cleared_and_rerun_after_publishing_replaces_its_publication(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = seeded
+    dr = run(rdags.run_dag, conf(repo))
+    first = xcoms(dr, "publish")["output_ref"]
+    name = xcoms(dr, "run_branch")["return_value"]
+    dr = clear_and_rerun(rdags.run_dag, dr, ["run_branch", "write", "publish"])
+    assert dr.state == "success"
+    assert tries(dr) == {"run_branch": ("success", 2), "write": ("success", 2), "publish": ("success", 2)}
+    branch = xcoms(dr, "run_branch")
+    assert (branch["return_value"], branch["decision"], branch["input_commit"]) == (name, "found", input_commit)
+    assert xcoms(dr, "write")["decision"] == "replace"
+    values = xcoms(dr, "publish")
+    assert values["decision"] == "replace" and "supersedes" in values["reason"]
+    head = assert_published_once(repo, input_commit, dr)
+    assert head.id != first
+
+
+def test_a_foreign_branch_of_the_runs_name_fails_closed(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = seeded
+    dr = run(rdags.run_dag, conf(repo))
+    name = xcoms(dr, "run_branch")["return_value"]
+    # The run's branch is deleted and a branch of its name is made from elsewhere; the run is re-run.
+    first = repo.branch("main").get_commit().id
+    repo.branch(name).delete()
+    other = commit_files(repo, "main", {"later.txt": "x"}, "later")
+    repo.branch(name).create(other)
+    dr = clear_and_rerun(rdags.run_dag, dr, ["run_branch", "write", "publish"])
+    assert dr.state == "failed"
+    assert tries(dr)["run_branch"][0] == "failed" and tries(dr)["write"][0] == "upstream_failed"
+    assert repo.branch(name).get_commit().id == other  # nothing written into it
+    assert publications_on_top_of(repo, input_commit)[1:] == [first]  # the run's publication stays
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the scoped fence's merge-only replacement of an abandoned publication by a staged commit with the same "
+    "tree ends with lakeFS answering 'no changes' to the final merge, read as an unconfirmed publish "
+    "(core/scoped_publish.py, core/merge_only.py); a run's retry always stages the same tree",
+)
+def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, _input_commit = seeded
+    died = die_when_head_is(repo, lambda: "main", "publish")
+    dr = run(rdags.scoped_dag, conf(repo, {"tables/t/p=a/part.txt": "a"}, output_prefixes=["tables/t/p=a/"]))
+    assert dr.state == "success" and len(died) == 1, rdags.FAILURES
+    assert tries(dr)["publish"] == ("success", 2)
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert died[0] not in [c.id for c in repo.branch("main").log(first_parent=True)]
+
+
+def test_the_abandoned_sensor_recognises_an_abandoned_run_publication(
+    rdags: Any, sensors: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    repo, _input_commit = seeded
+    died = die_when_head_is(repo, lambda: "main", "publish")
+    dr = run(rdags.once_dag, conf(repo))  # no retry: the publication stays abandoned
+    assert dr.state == "failed" and len(died) == 1
+    watch = {"repository": repo.id, "publisher_dag_id": "lf_run_branch_once", "publisher_task_id": "publish"}
+    sensed = run(sensors.detect_dag, watch)
+    assert sensed.state == "success"
+    found = xcoms(sensed, "sense")["return_value"]
+    assert (found["verdict"], found["head"]) == ("abandoned", died[0])
+    assert (found["dag_id"], found["run_id"], found["task_id"], found["state"]) == (
+        "lf_run_branch_once",
+        dr.run_id,
+        "publish",
+        "failed",
+    )
+    head = repo.branch("main").get_commit()
+    assert head.metadata[RUN_BRANCH_METADATA_KEY] == xcoms(dr, "run_branch")["return_value"]
+
+
+@pytest.fixture
+def fenced_main(seeded: tuple[lakefs.Repository, str], lakefs_server: Any) -> tuple[lakefs.Repository, str]:
+    """``seeded`` with the hard fence installed on ``main``; returns (repo, main's HEAD: the run's input)."""
+    from airflow_lakefence.hardfence import install_hard_fence
+    from airflow_lakefence.lakefs_client import LakeFSClient
+
+    repo, _ = seeded
+    client = LakeFSClient(lakefs_server.url, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+    return repo, install_hard_fence(client, repo.id, "main").head
+
+
+@pytest.mark.hard_fence
+def test_a_run_publishes_through_the_hard_fence(rdags: Any, fenced_main: tuple[lakefs.Repository, str]) -> None:
+    repo, input_commit = fenced_main
+    dr = run(rdags.hard_dag, conf(repo))
+    assert dr.state == "success", rdags.FAILURES
+    assert xcoms(dr, "publish")["decision"] == "merge"
+    head = assert_published_once(repo, input_commit, dr)
+    assert head.metadata["lakefence.expected_head"] == input_commit  # lakeFS's hook checked it
+
+
+@pytest.mark.hard_fence
+@pytest.mark.scoped
+def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
+    rdags: Any, fenced_main: tuple[lakefs.Repository, str]
+) -> None:
+    repo, input_commit = fenced_main
+    runs = [
+        run(
+            rdags.scoped_hard_dag,
+            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+        )
+        for p in ("a", "b")
+    ]
+    assert [r.state for r in runs] == ["success", "success"], rdags.FAILURES
+    assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"

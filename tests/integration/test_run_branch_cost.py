@@ -1,0 +1,76 @@
+"""The cost of a run publication beside a single fenced task's (the cost contract's method:
+the proxy's per-operation request counters, on either backend).
+
+A run (tests/dags/run_branch_dags.py) costs: the run branch (2 calls), its task's fenced publish into
+the run branch (a single fenced task: the figures of tests/integration/test_cost_contract.py), and
+the run's publication into ``main``, pinned here per lakeFS operation. docs/howto/branch-per-run.md
+quotes the figures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import lakefs
+import pytest
+
+from tests.conftest import load_dag_module
+
+pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lakefs_conn")]
+
+#: The run branch: the input resolved once, the branch made from it.
+RUN_BRANCH = {"getCommit": 1, "createBranch": 1}
+#: One fenced task publishing one workspace file by a merge (the cost contract's merge row, plus the upload).
+FENCED_TASK = {
+    "getCommit": 3,
+    "createBranch": 1,
+    "uploadObject": 1,
+    "commit": 1,
+    "mergeIntoBranch": 1,
+    "deleteBranch": 1,
+}
+#: The run publication: the single fenced task's calls, and four more: its job reads the run branch's
+#: HEAD, checks with one merge base that it descends from the input and squash-merges it into the
+#: staging branch (this attempt's staged commit); staging then finds "no changes" (the refused commit
+#: of the fenced task's count) and reads the staging branch's HEAD, which carries this attempt's record.
+RUN_PUBLICATION = {
+    "getCommit": 5,
+    "createBranch": 1,
+    "findMergeBase": 1,
+    "mergeIntoBranch": 2,
+    "commit": 1,
+    "deleteBranch": 1,
+}
+
+
+def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
+    seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+) -> None:
+    repo, _input_commit = seeded
+    dags = load_dag_module("testdags/run_branch_dags.py")
+    dag = dags.run_dag
+    steps: dict[str, Counter[str]] = {}
+
+    def snapshot(task_id: str) -> Any:
+        def pre_execute(context: Any) -> None:
+            steps[task_id] = Counter(lakefs_controls.counts())
+
+        return pre_execute
+
+    tasks = ["run_branch", "write", "publish"]
+    for task_id in tasks:
+        dag.task_dict[task_id].pre_execute = snapshot(task_id)
+    lakefs_controls.reset_counts()
+    try:
+        dr = dag.test(run_conf={"repository": repo.id, "files": {"out/a.txt": "A"}})
+    finally:
+        for task_id in tasks:
+            del dag.task_dict[task_id].pre_execute
+    assert dr.state == "success"
+    end = Counter(lakefs_controls.counts())
+    marks = [steps["run_branch"], steps["write"], steps["publish"], end]
+    cost = {t: dict(marks[i + 1] - marks[i]) for i, t in enumerate(tasks)}
+    assert cost == {"run_branch": RUN_BRANCH, "write": FENCED_TASK, "publish": RUN_PUBLICATION}, cost
+    fenced, run = sum(FENCED_TASK.values()) - 1, sum(RUN_PUBLICATION.values())  # the upload aside
+    assert (fenced, run) == (7, 11)
