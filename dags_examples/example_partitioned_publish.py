@@ -1,6 +1,6 @@
 """Example: a daily partition published into lakeFS with the scoped fence, so dates run in parallel.
 
-resolve the input -> ``@task.lakefs_publish`` writes ``tables/events_per_day/date=<ds>/`` -> the
+``@task.lakefs_publish`` (input: main, pinned per run) writes ``tables/events_per_day/date=<ds>/`` -> the
 settled gate on that partition -> a task reading the partition at the published commit.
 
 Each run declares what it writes (its date's partition, ``output_prefixes``) and what it reads
@@ -22,7 +22,6 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_lakefence.operators import LakeFSResolveRefOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
@@ -43,9 +42,8 @@ with DAG(
     max_active_runs=8,
     tags=["lakefence", "example"],
 ) as dag:
-    # No depends_on_past: each date builds on whatever main holds when its run starts.
-    resolve_input = LakeFSResolveRefOperator(task_id="resolve_input", repository=REPOSITORY, ref=TARGET)
-
+    # No depends_on_past: each date builds on whatever main holds when its first try starts (the
+    # input, by default: main's HEAD, pinned for the run's retries).
     @task.lakefs_publish(
         repository=REPOSITORY,
         target_branch=TARGET,
@@ -79,7 +77,7 @@ with DAG(
         )
         return len(day)
 
-    publish = events_per_day.override(input_ref=resolve_input.output)()
+    publish = events_per_day()
 
     # Readers of the partition wait until the latest publication touching it is settled, whatever
     # other dates publish on top of it meanwhile.

@@ -143,11 +143,11 @@ class FencedPublishOperatorBase(BaseOperator):
     **One writer per target branch.** The branch-wide fence (the default) lets one publication at a
     time build on the target's HEAD: the operator sets ``max_active_tis_per_dag=1`` itself (runs of
     one DAG publish one after another, each on the previous one's output; pass another value to
-    override). It cannot order writers of *other* DAGs: give every task that publishes into one
-    target branch the same 1-slot pool (``pool="lakefs_<repository>_<branch>"``, created with
-    ``airflow pools set``). Without it a concurrent writer fails closed with ``PublishFenceError``
-    (safe, not done). The scoped fence (``fence_scope="prefixes"``) is made for many writers: there
-    neither default applies.
+    override; a mapped task, ``.partial().expand()``, takes it from ``partial`` only). It cannot
+    order writers of *other* DAGs: give every task that publishes into one target branch the same
+    1-slot pool (``pool="lakefs_<repository>_<branch>"``, created with ``airflow pools set``).
+    Without it a concurrent writer fails closed with ``PublishFenceError`` (safe, not done). The
+    scoped fence (``fence_scope="prefixes"``) is made for many writers: there neither default applies.
 
     :param repository: the lakeFS repository (templated).
     :param target_branch: the branch to publish into (templated).

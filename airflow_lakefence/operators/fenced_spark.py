@@ -127,7 +127,11 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         self.spark_conn_id: str = kwargs.get("conn_id", DEFAULT_SPARK_CONN_ID)
         self.s3a = s3a
         self.kubernetes_credentials_secret = kubernetes_credentials_secret
-        if spark_log_level is not None and spark_log_level.upper() not in SPARK_LOG_LEVELS:
+        if not isinstance(s3a, bool):
+            raise InvalidInputError(f"s3a must be True or False, got {s3a!r}")
+        if spark_log_level is not None and (
+            not isinstance(spark_log_level, str) or spark_log_level.upper() not in SPARK_LOG_LEVELS
+        ):
             raise InvalidInputError(
                 f"spark_log_level must be one of {SPARK_LOG_LEVELS} or None, got {spark_log_level!r}"
             )

@@ -25,9 +25,9 @@ MARKER = "lakefence_branch_per_run_example"
 
 
 def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
-    lakefs_client: lakefs.Client, tmp_path: Path
+    lakefence_client: lakefs.Client, tmp_path: Path
 ) -> None:
-    input_commit = _demo_module().seed_events(lakefs_client, "example-repo", 700, tmp_path)
+    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 700, tmp_path)
     module = load_dag_module(EXAMPLE)
     runner = subprocess.Popen(
         [
@@ -48,7 +48,7 @@ def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
     assert dr.state == "success"
     name = xcoms(dr, "run_branch")["return_value"]
     assert line["state"] == "success" and line["conf"] == {"run_branch": name}
-    repo = lakefs.Repository("example-repo", client=lakefs_client)
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
     # The existing DAG's fenced task published into the run branch, on the run's input.
     run_head = repo.branch(name).get_commit()
     assert run_head.parents[0] == input_commit
@@ -65,13 +65,13 @@ def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
 
 @pytest.mark.spark
 def test_the_spark_job_on_a_run_branch_is_published_once(
-    lakefs_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lakefence_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    input_commit = _demo_module().seed_events(lakefs_client, "example-repo", 2_000, tmp_path)
+    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 2_000, tmp_path)
     dr = load_dag_module(EXAMPLE).spark_dag.test(logical_date=None)
     assert dr.state == "success"
-    repo = lakefs.Repository("example-repo", client=lakefs_client)
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
     name = xcoms(dr, "run_branch")["return_value"]
     assert xcoms(dr, "daily_counts")["decision"] == "merge"
     assert repo.branch(name).get_commit().parents[0] == input_commit

@@ -97,7 +97,9 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
     # What the docs promise of the example: no pool shared by the branch, no depends_on_past.
     for task in dag.tasks:
         assert task.pool == "default_pool" and not task.depends_on_past, task.task_id
-    assert dag.get_task("events_per_day").fence_scope == "prefixes"
+    publisher = dag.get_task("events_per_day")
+    assert publisher.fence_scope == "prefixes" and publisher.input_ref == "main"
+    assert publisher.max_active_tis_per_dag is None  # many writers: the dates publish side by side
     input_commit = _seed(lakefence_client, tmp_path)
 
     # A backfill: every date's run started together (what max_active_runs=8 lets the scheduler do),

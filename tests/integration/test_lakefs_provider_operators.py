@@ -67,19 +67,19 @@ def test_the_samples_workflow_runs_with_a_change_of_imports(pdags: Any, seeded: 
 
 
 def test_every_step_retried_after_its_success_succeeds_without_a_second_write(
-    pdags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    pdags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
     dr = pdags.workflow_dag.test(run_conf={"repository": repo.id})
     before = assert_workflow_done(repo, dr, input_commit)
     # main moves on meanwhile: the retried create must still find its branch at the run's pinned input.
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     dr = clear_and_rerun(pdags.workflow_dag, dr, TASKS)
     assert all(ti_state(dr, t) == ("success", 2) for t in TASKS), {t: ti_state(dr, t) for t in TASKS}
     after = assert_workflow_done(repo, dr, input_commit)
     assert after == before  # nothing written again: the branch and main are where the first tries left them
     assert [xcoms(dr, t)["decision"] for t in ("create_branch", "commit", "merge")] == ["found", "found", "found"]
-    counts = lakefs_controls.counts()
+    counts = lakefence_controls.counts()
     assert counts.get("uploadObject", 0) == 0  # the object already held the bytes
     # createBranch answered 409 and commit/merge answered "no changes": refused, nothing written.
     assert {op: counts.get(op, 0) for op in ("createBranch", "commit", "mergeIntoBranch")} == {
@@ -91,14 +91,14 @@ def test_every_step_retried_after_its_success_succeeds_without_a_second_write(
 
 @pytest.mark.parametrize("operation", ["commit", "mergeIntoBranch", "createBranch"])
 def test_a_lost_answer_is_recognised_as_this_tasks_write(
-    pdags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any, operation: str
+    pdags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, operation: str
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
-    lakefs_controls.add_fault(operation, drop=True, when="after")
+    lakefence_controls.reset_counts()
+    lakefence_controls.add_fault(operation, drop=True, when="after")
     dr = pdags.workflow_dag.test(run_conf={"repository": repo.id})
     assert_workflow_done(repo, dr, input_commit)
-    assert lakefs_controls.counts()[operation] == 1  # settled by reading, not repeated
+    assert lakefence_controls.counts()[operation] == 1  # settled by reading, not repeated
     task = {"commit": "commit", "mergeIntoBranch": "merge", "createBranch": "create_branch"}[operation]
     assert ti_state(dr, task) == ("success", 1)
     assert xcoms(dr, task)["decision"] == "found"

@@ -138,16 +138,16 @@ def test_a_worker_killed_after_the_runs_merge_is_replaced_by_the_retry(
 
 
 def test_the_publishing_steps_lost_answer_is_its_own_publication(
-    rdags: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    rdags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     # The run's third merge is the publication into main (the first: the task's into the run branch;
     # the second: the run branch squashed into the publishing attempt's staging branch).
-    lakefs_controls.add_fault("mergeIntoBranch", nth=3, drop=True, when="after")
+    lakefence_controls.add_fault("mergeIntoBranch", nth=3, drop=True, when="after")
     dr = run(rdags.run_dag, conf(repo))
     assert dr.state == "success"
-    assert lakefs_controls.counts()["mergeIntoBranch"] == 3
+    assert lakefence_controls.counts()["mergeIntoBranch"] == 3
     assert xcoms(dr, "publish")["decision"] == "idempotent"
     assert tries(dr)["publish"] == ("success", 1)
     assert_published_once(repo, input_commit, dr)
@@ -301,13 +301,13 @@ def test_the_abandoned_sensor_recognises_an_abandoned_run_publication(
 
 
 @pytest.fixture
-def fenced_main(seeded: tuple[lakefs.Repository, str], lakefs_server: Any) -> tuple[lakefs.Repository, str]:
+def fenced_main(seeded: tuple[lakefs.Repository, str], lakefence_server: Any) -> tuple[lakefs.Repository, str]:
     """``seeded`` with the hard fence installed on ``main``; returns (repo, main's HEAD: the run's input)."""
     from airflow_lakefence.hardfence import install_hard_fence
     from airflow_lakefence.lakefs_client import LakeFSClient
 
     repo, _ = seeded
-    client = LakeFSClient(lakefs_server.url, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+    client = LakeFSClient(lakefence_server.url, lakefence_server.access_key_id, lakefence_server.secret_access_key)
     return repo, install_hard_fence(client, repo.id, "main").head
 
 

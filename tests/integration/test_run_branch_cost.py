@@ -45,7 +45,7 @@ RUN_PUBLICATION = {
 
 
 def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
-    seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, _input_commit = seeded
     dags = load_dag_module("testdags/run_branch_dags.py")
@@ -54,21 +54,21 @@ def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
 
     def snapshot(task_id: str) -> Any:
         def pre_execute(context: Any) -> None:
-            steps[task_id] = Counter(lakefs_controls.counts())
+            steps[task_id] = Counter(lakefence_controls.counts())
 
         return pre_execute
 
     tasks = ["run_branch", "write", "publish"]
     for task_id in tasks:
         dag.task_dict[task_id].pre_execute = snapshot(task_id)
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     try:
         dr = dag.test(run_conf={"repository": repo.id, "files": {"out/a.txt": "A"}})
     finally:
         for task_id in tasks:
             del dag.task_dict[task_id].pre_execute
     assert dr.state == "success"
-    end = Counter(lakefs_controls.counts())
+    end = Counter(lakefence_controls.counts())
     marks = [steps["run_branch"], steps["write"], steps["publish"], end]
     cost = {t: dict(marks[i + 1] - marks[i]) for i, t in enumerate(tasks)}
     assert cost == {"run_branch": RUN_BRANCH, "write": FENCED_TASK, "publish": RUN_PUBLICATION}, cost

@@ -32,8 +32,8 @@ KEY = PublicationKey("dag", "manual__1", "publish", -1)
 
 
 @pytest.fixture
-def client(lakefs_server: Any) -> LakeFSClient:
-    return LakeFSClient(lakefs_server.endpoint, lakefs_server.access_key_id, lakefs_server.secret_access_key)
+def client(lakefence_server: Any) -> LakeFSClient:
+    return LakeFSClient(lakefence_server.endpoint, lakefence_server.access_key_id, lakefence_server.secret_access_key)
 
 
 def calls(controls: Any) -> dict[str, int]:
@@ -45,49 +45,49 @@ def state(client: LakeFSClient, repo: lakefs.Repository, *, fresh: bool = False,
 
 
 def test_records_survive_every_try_and_a_first_try_reads_nothing(
-    client: LakeFSClient, lakefs_repo: lakefs.Repository, lakefs_controls: Any
+    client: LakeFSClient, lakefence_repo: lakefs.Repository, lakefence_controls: Any
 ) -> None:
-    commit = commit_files(lakefs_repo, "main", {"in/a.txt": "a"}, "input")
-    first = state(client, lakefs_repo, fresh=True)
-    lakefs_controls.reset_counts()
+    commit = commit_files(lakefence_repo, "main", {"in/a.txt": "a"}, "input")
+    first = state(client, lakefence_repo, fresh=True)
+    lakefence_controls.reset_counts()
     assert pinned_input(first, "main") is None and reported_publication(first) is None
-    assert calls(lakefs_controls) == {}  # a first try asks nothing
+    assert calls(lakefence_controls) == {}  # a first try asks nothing
     pin_input(first, "main", commit)  # the very first record of the repository: makes its branch
-    assert calls(lakefs_controls) == {"uploadObject": 2, "createBranch": 1}
-    assert RUN_STATE_BRANCH in [b.id for b in lakefs_repo.branches(show_hidden=True)]
-    lakefs_controls.reset_counts()
+    assert calls(lakefence_controls) == {"uploadObject": 2, "createBranch": 1}
+    assert RUN_STATE_BRANCH in [b.id for b in lakefence_repo.branches(show_hidden=True)]
+    lakefence_controls.reset_counts()
     record_publication(first, "c" * 64, 1, "merge")
     pin_input(first, commit, commit)  # a commit id pins itself: nothing written
-    assert calls(lakefs_controls) == {"uploadObject": 1}
+    assert calls(lakefence_controls) == {"uploadObject": 1}
     # A later try (a retry, or a re-run after a clear) reads everything with one listing.
-    retry = state(client, lakefs_repo)
-    lakefs_controls.reset_counts()
+    retry = state(client, lakefence_repo)
+    lakefence_controls.reset_counts()
     assert pinned_input(retry, "main") == commit
     assert reported_publication(retry) == {"output_ref": "c" * 64, "try_number": 1, "decision": "merge"}
     assert recorded_evidence(retry) == {}
-    assert calls(lakefs_controls) == {"listObjects": 1}
+    assert calls(lakefence_controls) == {"listObjects": 1}
     # Another task instance's records are its own.
-    assert pinned_input(state(client, lakefs_repo, key=PublicationKey("dag", "manual__1", "other", -1)), "main") is None
+    assert pinned_input(state(client, lakefence_repo, key=PublicationKey("dag", "manual__1", "other", -1)), "main") is None
 
 
-def test_the_latest_reported_publication_counts(client: LakeFSClient, lakefs_repo: lakefs.Repository) -> None:
-    run = state(client, lakefs_repo, fresh=True)
+def test_the_latest_reported_publication_counts(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
+    run = state(client, lakefence_repo, fresh=True)
     record_publication(run, "a" * 64, 1, "merge")
     record_publication(run, "b" * 64, 2, "replace")
-    assert reported_publication(state(client, lakefs_repo))["output_ref"] == "b" * 64  # type: ignore[index]
+    assert reported_publication(state(client, lakefence_repo))["output_ref"] == "b" * 64  # type: ignore[index]
 
 
 def test_of_two_live_tries_racing_to_pin_exactly_one_wins(
-    client: LakeFSClient, lakefs_repo: lakefs.Repository
+    client: LakeFSClient, lakefence_repo: lakefs.Repository
 ) -> None:
     """Each try resolved the branch to a different commit: one pin is created, the other try stops."""
-    commits = [commit_files(lakefs_repo, "main", {f"in/{n}.txt": str(n)}, f"input {n}") for n in range(2)]
-    state(client, lakefs_repo, fresh=True).create("warm-up", 1)  # the branch exists: a pure race
+    commits = [commit_files(lakefence_repo, "main", {f"in/{n}.txt": str(n)}, f"input {n}") for n in range(2)]
+    state(client, lakefence_repo, fresh=True).create("warm-up", 1)  # the branch exists: a pure race
     barrier = threading.Barrier(2)
     outcomes: list[Any] = [None, None]
 
     def pin(n: int) -> None:
-        run = state(client, lakefs_repo, fresh=n == 0)
+        run = state(client, lakefence_repo, fresh=n == 0)
         barrier.wait()
         try:
             pin_input(run, "main", commits[n])
@@ -103,48 +103,48 @@ def test_of_two_live_tries_racing_to_pin_exactly_one_wins(
     winners = [o for o in outcomes if isinstance(o, str)]
     losers = [o for o in outcomes if isinstance(o, RunStateConflictError)]
     assert len(winners) == 1 and len(losers) == 1, outcomes
-    assert pinned_input(state(client, lakefs_repo), "main") == winners[0]
+    assert pinned_input(state(client, lakefence_repo), "main") == winners[0]
     assert "the run's pin stands" in str(losers[0])
 
 
-def test_the_same_pin_written_twice_is_no_conflict(client: LakeFSClient, lakefs_repo: lakefs.Repository) -> None:
+def test_the_same_pin_written_twice_is_no_conflict(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
     """A repeated write (a lost answer, or two tries that resolved the same commit) reads back as its own."""
-    commit = commit_files(lakefs_repo, "main", {"in/a.txt": "a"}, "input")
-    pin_input(state(client, lakefs_repo, fresh=True), "main", commit)
-    pin_input(state(client, lakefs_repo, fresh=True), "main", commit)
-    assert pinned_input(state(client, lakefs_repo), "main") == commit
+    commit = commit_files(lakefence_repo, "main", {"in/a.txt": "a"}, "input")
+    pin_input(state(client, lakefence_repo, fresh=True), "main", commit)
+    pin_input(state(client, lakefence_repo, fresh=True), "main", commit)
+    assert pinned_input(state(client, lakefence_repo), "main") == commit
 
 
-def test_evidence_of_concurrent_tries_is_never_lost(client: LakeFSClient, lakefs_repo: lakefs.Repository) -> None:
+def test_evidence_of_concurrent_tries_is_never_lost(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
     """Eight tries keep evidence at once: every entry is there (no read-modify-write of one list)."""
     barrier = threading.Barrier(8)
 
     def keep(n: int) -> None:
-        run = state(client, lakefs_repo, fresh=n == 1)
+        run = state(client, lakefence_repo, fresh=n == 1)
         barrier.wait()
         record_evidence(run, f"lakefence-publish-x-t{n}", "PublishFenceError", AttemptId(KEY, n, f"ti-{n}"), "i")
 
-    state(client, lakefs_repo, fresh=True).create("warm-up", 1)
+    state(client, lakefence_repo, fresh=True).create("warm-up", 1)
     threads = [threading.Thread(target=keep, args=(n,)) for n in range(1, 9)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    kept = recorded_evidence(state(client, lakefs_repo))
+    kept = recorded_evidence(state(client, lakefence_repo))
     assert sorted(kept) == sorted(f"lakefence-publish-x-t{n}" for n in range(1, 9))
     assert kept["lakefence-publish-x-t3"].attempt(KEY) == AttemptId(KEY, 3, "ti-3")
 
 
-def test_records_are_readable_for_operators(client: LakeFSClient, lakefs_repo: lakefs.Repository) -> None:
-    commit = commit_files(lakefs_repo, "main", {"in/a.txt": "a"}, "input")
-    pin_input(state(client, lakefs_repo, fresh=True), "release", commit)
-    records = read_run_state(client, lakefs_repo.id, KEY)
+def test_records_are_readable_for_operators(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
+    commit = commit_files(lakefence_repo, "main", {"in/a.txt": "a"}, "input")
+    pin_input(state(client, lakefence_repo, fresh=True), "release", commit)
+    records = read_run_state(client, lakefence_repo.id, KEY)
     assert records == {pin_key("release"): {"ref": "release", "commit": commit}}
-    paths = [o.path for o in lakefs_repo.ref(RUN_STATE_BRANCH).objects(prefix=run_state_prefix(KEY))]
+    paths = [o.path for o in lakefence_repo.ref(RUN_STATE_BRANCH).objects(prefix=run_state_prefix(KEY))]
     assert paths == [run_state_prefix(KEY) + pin_key("release")]
 
 
-def test_a_missing_repository_is_not_an_empty_run_state(client: LakeFSClient, lakefs_repo: lakefs.Repository) -> None:
+def test_a_missing_repository_is_not_an_empty_run_state(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
     missing = LakeFSRunState(client, "no-such-repository-x1", KEY, source_branch="main", fresh=False)
     with pytest.raises(LakeFSRepositoryNotFoundError):
         missing.get(pin_key("main"))

@@ -178,7 +178,7 @@ def test_a_settled_scoped_publication_stays_settled_and_the_check_stays_one_log_
 
 
 def test_a_lost_merge_answer_under_another_writer_is_settled_with_the_same_calls(
-    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefs_controls: Any
+    scoped_dags: Any, around: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     """The merge lands, its answer is lost, another writer publishes on top before the next round."""
     repo, input_commit = seeded
@@ -200,9 +200,9 @@ def test_a_lost_merge_answer_under_another_writer_is_settled_with_the_same_calls
     head = repo.branch("main").get_commit()
     assert head.parents[0] == landed[0] and repo.commit(landed[0]).get_commit().parents[1] == outcome["staged_commit"]
 
-    lakefs_controls.reset_counts()
+    lakefence_controls.reset_counts()
     gate, judged = sense(around.settled_dag, repo, 1, "lf_scoped_python")
-    assert lakefs_controls.counts() == {"logCommits": 1, "getCommit": 1}
+    assert lakefence_controls.counts() == {"logCommits": 1, "getCommit": 1}
     assert gate.state == "success"
     assert judged["verdict"] == "settled" and judged["head"] == outcome["staged_commit"]
     assert judged["publication"] == judged["output_ref"] == landed[0]

@@ -134,6 +134,20 @@ def test_a_templated_bad_value_is_refused_in_the_try_with_the_same_error(
     assert str(info.value) == at_parse_time
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"s3a": "yes"}, "s3a must be True or False"),
+        ({"spark_log_level": "VERBOSE"}, "spark_log_level must be one of"),
+        ({"spark_log_level": 3}, "spark_log_level must be one of"),
+        ({"kubernetes_credentials_secret": "Not_A_Name"}, "not a valid Kubernetes Secret name"),
+    ],
+)
+def test_the_spark_arguments_are_refused_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        _spark(**kwargs)
+
+
 @pytest.mark.parametrize(("name", "value", "extra", "error"), [b for b in BAD if b[0] in OPTION_NAMES])
 def test_the_old_one_by_one_spelling_of_a_knob_is_checked_the_same(
     name: str, value: Any, extra: dict[str, Any], error: type[LakeFenceError]
