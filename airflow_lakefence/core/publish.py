@@ -183,7 +183,7 @@ class Publisher:
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             if answer_lost:
                 # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.guard.check("before another publish round", staging)
+                self.guard.ensure_current("before another publish round", staging)
             # Every round reads the target afresh: a write that landed although its answer was lost
             # shows up as this attempt's own publication (the idempotent row). With the hard fence a
             # merge acts at once on the head read before the job, and the target is read only when
@@ -212,7 +212,7 @@ class Publisher:
                 raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
             return act_on(head, decision)
 
-        return self.guard.settle("publish", publish_round, lambda _exc: None)
+        return self.guard.write_once("publish", publish_round, lambda _exc: None)
 
     def _explain(
         self,

@@ -133,7 +133,7 @@ class ScopedPublish:
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             if answer_lost:
                 # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.guard.check("before another publish round", staging)
+                self.guard.ensure_current("before another publish round", staging)
                 landed = self._landed(attempt, input_commit)
                 if landed is not None:
                     # The merge landed although its answer was lost: verify it as any merge, report it.
@@ -158,7 +158,7 @@ class ScopedPublish:
             head = read_target_head(self.lakefs, self.request)
             return self._decide_and_act(head, attempt, staging, input_commit, staged, record, changed)
 
-        return self.guard.settle("publish", publish_round, lambda _exc: None)
+        return self.guard.write_once("publish", publish_round, lambda _exc: None)
 
     # -- deciding ------------------------------------------------------------------------------
 
