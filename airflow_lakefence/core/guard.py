@@ -142,6 +142,7 @@ class AttemptGuard:
         operation: str,
         write: Callable[[bool], T],
         reread: Callable[[LakeFSUnavailableError], T | None],
+        staging: str | None = None,
     ) -> T:
         """Do a lakeFS write whose answer may be lost, deciding from fresh state instead of repeating it.
 
@@ -150,10 +151,14 @@ class AttemptGuard:
             its outcome; it may read and decide again first.
         :param reread: after a lost answer, the outcome if the state proves the write landed, else
             ``None`` to run another round; it may raise when the state rules out both.
+        :param staging: the attempt's staging branch: then every round after a lost answer first
+            passes the attempt fence (the try may have been cleared meanwhile: never write for a stale try).
         :raises LakeFSUnavailableError: when no round's outcome could be confirmed.
         """
         last: LakeFSUnavailableError | None = None
         for _ in range(PUBLISH_ROUNDS):
+            if last is not None and staging is not None:
+                self.ensure_current(f"before another {operation} round", staging)
             try:
                 return write(last is not None)
             except LakeFSUnavailableError as exc:

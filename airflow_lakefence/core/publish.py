@@ -45,7 +45,6 @@ from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
     LakeFSBranchProtectedError,
-    LakeFSConflictError,
     LakeFSHookRejectedError,
     PublishFenceError,
     PublishRaceError,
@@ -171,8 +170,10 @@ class Publisher:
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
         if self.request.scope is not None:
-            scoped = ScopedPublish(self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging)
-            return scoped.publish(attempt, staging, input_commit, staged, metadata, fence)
+            scoped = ScopedPublish(
+                self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, fence
+            )
+            return scoped.publish(attempt, staging, input_commit, staged, metadata)
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
@@ -181,9 +182,6 @@ class Publisher:
             return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head, fence)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
-            if answer_lost:
-                # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.guard.ensure_current("before another publish round", staging)
             # Every round reads the target afresh: a write that landed although its answer was lost
             # shows up as this attempt's own publication (the idempotent row). With the hard fence a
             # merge acts at once on the head read before the job, and the target is read only when
@@ -199,9 +197,7 @@ class Publisher:
                         return act_on(early_head, decision)
                     except PublishRaceError as exc:
                         # Refused by the fence, or a conflict with what moved the head: nothing landed.
-                        if not isinstance(exc, HardFenceRaceError) and not isinstance(
-                            exc.__cause__, LakeFSConflictError
-                        ):
+                        if not self.merging.nothing_landed(exc):
                             raise
                         self.log.info("%s: reading the target to decide again", exc)
                         refused = exc
@@ -212,7 +208,7 @@ class Publisher:
                 raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
             return act_on(head, decision)
 
-        return self.guard.write_once("publish", publish_round, lambda _exc: None)
+        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
 
     def _explain(
         self,
