@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
@@ -69,6 +69,16 @@ def supersedes(run_state: RunStatePort, head: HeadState, early: FenceDecision) -
     if reported is None or reported["output_ref"] != head.commit_id:
         return None
     return {"output_ref": head.commit_id, "try_number": reported.get("try_number")}
+
+
+class _Publishing(NamedTuple):
+    """The values every action of one publish round works with."""
+
+    attempt: AttemptId
+    staging: str
+    input_commit: str
+    staged: str
+    fence: HardFenceStatus
 
 
 class Publisher:
@@ -179,7 +189,8 @@ class Publisher:
             decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head, fence)
+            pub = _Publishing(attempt, staging, input_commit, staged.id, fence)
+            return decision, self._act(decision, pub, metadata, head)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             # Every round reads the target afresh: a write that landed although its answer was lost
@@ -250,25 +261,22 @@ class Publisher:
     def _act(
         self,
         decision: FenceDecision,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        staging, input_commit = pub.staging, pub.input_commit
         # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
         metadata = {**metadata, **expected_head_metadata(head.commit_id)}
         if decision.action is Action.FAIL_CLOSED:
             raise PublishFenceError(decision.reason, staging_branch=staging)
         if decision.action is Action.MERGE:
-            return self._merge(attempt, staging, input_commit, staged, metadata, head, fence)
+            return self._merge(pub, metadata, head)
         if decision.action in (Action.REPLACE, Action.RELOCATE):
             assert decision.output_ref is not None
             if self.request.replace_by_merge:
-                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
-            return self._reset(decision.output_ref, attempt, staging, input_commit, staged, metadata, head, fence)
+                return self._replace_by_merge(pub, metadata, head)
+            return self._reset(decision.output_ref, pub, metadata, head)
         if decision.action is Action.IDEMPOTENT:
             # A previous round's write landed although its answer was lost.
             assert decision.output_ref is not None
@@ -277,14 +285,17 @@ class Publisher:
 
     def _merge(
         self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        attempt, staging, input_commit, staged, fence = (
+            pub.attempt,
+            pub.staging,
+            pub.input_commit,
+            pub.staged,
+            pub.fence,
+        )
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         if fence.intact and fence.version is not None:
             # The publication's tree keeps the input's action file: the next attempt that builds on
@@ -306,20 +317,17 @@ class Publisher:
     def _reset(
         self,
         output_ref: str,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        staging = pub.staging
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         try:
             client.hard_reset(repo, target, output_ref)
         except LakeFSBranchProtectedError:
             self.log.info("%r is protected (no hard reset): replacing by merges", target)
-            return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
+            return self._replace_by_merge(pub, metadata, head)
         failpoints.hit("after_publish_action")
         now = HeadState.of(client.get_commit(repo, target))
         # A commit whose first parent is what was set came after the reset: not a race.
@@ -333,14 +341,17 @@ class Publisher:
 
     def _replace_by_merge(
         self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        attempt, staging, input_commit, staged, fence = (
+            pub.attempt,
+            pub.staging,
+            pub.input_commit,
+            pub.staged,
+            pub.fence,
+        )
         repo, target = self.request.repository, self.request.target_branch
         try:
             outcome = replace_by_merge(
