@@ -1,12 +1,20 @@
-"""Steps 10 and 11: the publish fence decides, the publisher acts, then verifies what it did.
+"""Steps 10 and 11: the publish fence decides, a strategy acts, then verifies what it did.
 
-:class:`Publisher` reads the target's HEAD, asks the decision table
-(:func:`~airflow_lakefence.core.fence.decide_publish`) and acts on its one answer: merge, no-op,
-replacement or relocation of an abandoned publication (by a hard reset, or by merges on a protected
-target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or failing closed. After
-acting it verifies (the merge's first parent, the HEAD after a reset) unless lakeFS's hard fence
-already checked the head server-side (docs/hard-fence.md). A scoped request (``fence_scope="prefixes"``)
-is decided and acted on by :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` instead.
+:class:`Publisher` checks the hard fence before the job (a :class:`~airflow_lakefence.core.hardfence.HardFenceStatus`
+value) and, at publish time, hands the attempt to one of two strategies behind one interface
+(:class:`PublishStrategy`):
+
+* :class:`BranchPublish` (the default, ``fence_scope="branch"``) reads the target's HEAD, asks the
+  decision table (:func:`~airflow_lakefence.core.fence.decide_publish`) and acts on its one answer:
+  merge, no-op, replacement or relocation of an abandoned publication (by a hard reset, or by merges
+  on a protected target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or
+  failing closed. After acting it verifies (the merge's first parent, the HEAD after a reset)
+  unless lakeFS's hard fence already checked the head server-side (docs/hard-fence.md);
+* :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` (``fence_scope="prefixes"``) fences
+  on the declared prefixes instead.
+
+Both send their merges through :class:`~airflow_lakefence.core.merging.TargetMerge` and replace by
+merges through :func:`~airflow_lakefence.core.merge_only.replace_through_temp_branch`.
 
 lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
 module turns each into what it means for the protocol.
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
@@ -174,22 +182,97 @@ class Publisher:
         :param fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
-        changed = staged.id != input_commit
         metadata = {
             **(self.request.commit_metadata or {}),
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
+        strategy: PublishStrategy
         if self.request.scope is not None:
-            scoped = ScopedPublish(
+            strategy = ScopedPublish(
                 self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, fence
             )
-            return scoped.publish(attempt, staging, input_commit, staged, metadata)
+        else:
+            strategy = BranchPublish(
+                self.lakefs,
+                self.request,
+                self.guard,
+                self.log,
+                self.merging,
+                fence,
+                self.job_name,
+                early_head,
+                superseded,
+            )
+        return strategy.publish(attempt, staging, input_commit, staged, metadata)
+
+
+class PublishStrategy(Protocol):
+    """Steps 10 and 11 for one request: decide on the target and act (branch-wide or scoped)."""
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide and act; return the decision and the output ref.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :param record: the publication's metadata (the ``publish`` record and the user's metadata).
+        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
+        """
+        ...
+
+
+class BranchPublish:
+    """The branch-wide strategy: the decision table on the target's HEAD, acted on (merge, reset or
+    merge-only replacement), verified unless lakeFS's hard fence checked it.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param guard: the attempt's guard.
+    :param log: where to log.
+    :param merging: how merges into the target are sent and their refusals read.
+    :param fence: the hard fence's status, as the check before the job left it.
+    :param job_name: how messages name the job.
+    :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+    :param superseded: the successful publication this attempt replaces, if any.
+    """
+
+    def __init__(
+        self,
+        lakefs: LakeFSPort,
+        request: PublishRequest,
+        guard: AttemptGuard,
+        log: Log,
+        merging: TargetMerge,
+        fence: HardFenceStatus,
+        job_name: str,
+        early_head: HeadState,
+        superseded: Mapping[str, Any] | None,
+    ) -> None:
+        self.lakefs = lakefs
+        self.request = request
+        self.guard = guard
+        self.log = log
+        self.merging = merging
+        self.fence = fence
+        self.job_name = job_name
+        self.early_head = early_head
+        self.superseded = superseded
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
+        changed = staged.id != input_commit
+        metadata = record
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
-            decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
+            decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            pub = _Publishing(attempt, staging, input_commit, staged.id, fence)
+            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence)
             return decision, self._act(decision, pub, metadata, head)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
@@ -198,14 +281,14 @@ class Publisher:
             # merge acts at once on the head read before the job, and the target is read only when
             # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
             refused: PublishRaceError | None = None
-            if fence.relied_on and not answer_lost:
-                decision = decide_publish(early_head, input_commit, attempt, changed, staged.id)
+            if self.fence.relied_on and not answer_lost:
+                decision = decide_publish(self.early_head, input_commit, attempt, changed, staged.id)
                 optimistic = decision.action is Action.MERGE or (
                     decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
                 )
                 if optimistic:
                     try:
-                        return act_on(early_head, decision)
+                        return act_on(self.early_head, decision)
                     except PublishRaceError as exc:
                         # Refused by the fence, or a conflict with what moved the head: nothing landed.
                         if not self.merging.nothing_landed(exc):
