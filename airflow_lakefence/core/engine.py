@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
 from airflow_lakefence.core.evidence import MARKER_TRIES, Evidence
-from airflow_lakefence.core.fence import Action, decide_publish
+from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
 from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
 from airflow_lakefence.core.keys import AttemptId
 from airflow_lakefence.core.locations import AttemptLocations
@@ -69,6 +71,26 @@ __all__ = [
 
 
 Job = Callable[[AttemptLocations], None]
+
+
+@dataclass(frozen=True)
+class Published:
+    """What steps 10 and 11 did, as step 12 reports it.
+
+    :param decision: the publish fence's decision.
+    :param output_ref: the commit the task reports.
+    :param input_ref: the input commit.
+    :param staged_commit: the staged commit.
+    :param target_head: the target's HEAD read in step 1.
+    :param superseded: the successful publication this attempt replaced, if any.
+    """
+
+    decision: FenceDecision
+    output_ref: str
+    input_ref: str
+    staged_commit: str
+    target_head: str
+    superseded: dict[str, Any] | None
 
 
 class PublishEngine:
@@ -120,6 +142,48 @@ class PublishEngine:
         if req.read_only:
             return self._run_read_only(job, tell)
         guard, area, publisher, evidence = self._parts()
+        attempt, staging, target_head, pinned = self._arm(guard)  # steps 1 and 2
+        input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
+        superseded = self._check_before_job(target_head, input_commit, attempt, tell)  # step 1: the target
+        area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
+        evidence.remove_earlier_branches(attempt, staging)  # step 3
+        area.create(staging, input_commit)
+        try:
+            if pinned is None:
+                with guard.run_state_may_be_archived("before the job", staging):
+                    pin_input(self.run_state, req.input_ref, input_commit)
+            tell.staging_created(staging)
+            fence = publisher.check_hard_fence(input_commit, target_head)
+            failpoints.hit("after_staging_branch")
+            self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
+            workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
+            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
+            with guard.staging_may_vanish("while staging", staging):
+                staged = area.stage(attempt, staging, input_commit)  # step 7
+                tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
+            failpoints.hit("after_stage")
+            guard.ensure_current("before publish", staging)  # step 8
+            failpoints.hit("after_fence_2")
+            guard.ensure_publish_budget()  # step 9
+            decision, output_ref = publisher.publish(  # steps 10, 11
+                attempt, staging, input_commit, staged, target_head, superseded, fence
+            )
+            failpoints.hit("after_verify")
+            published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
+            result = self._report(guard, evidence, tell, attempt, staging, published, workspace, tables)  # step 12
+            failpoints.hit("after_xcom")
+            return result
+        except PublishFenceError as exc:
+            if exc.staging_branch == staging:  # the fail-closed attempt's output is the evidence
+                evidence.keep(attempt, staging, input_commit, exc, tell)
+            raise
+        finally:
+            if not evidence.kept(staging):
+                guard.delete_quietly(staging)  # step 12: delete S
+
+    def _arm(self, guard: AttemptGuard) -> tuple[AttemptId, str, HeadState, str | None]:
+        """Steps 1 and 2: read the target while arming the attempt fence; the input an earlier try pinned."""
+        req = self.request
         reading = in_background(read_target_head, self.lakefs, req)  # step 1: repository and target exist
         try:
             self.fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
@@ -129,9 +193,18 @@ class PublishEngine:
         staging = staging_branch_name(attempt, req.staging_prefix)
         pinned = None
         if attempt.try_number > 1:  # try numbers only grow: a first try has no earlier try's pin to read
-            with guard.stale_if_cleared("before the job", staging):
+            with guard.run_state_may_be_archived("before the job", staging):
                 pinned = pinned_input(self.run_state, req.input_ref)  # the input is resolved once per run
-        input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
+        return attempt, staging, target_head, pinned
+
+    def _check_before_job(
+        self, target_head: HeadState, input_commit: str, attempt: AttemptId, tell: Reporter
+    ) -> dict[str, Any] | None:
+        """Step 1: may this attempt build on the target at all? Return the publication it supersedes, if any.
+
+        :raises PublishFenceError: before the job (branch-wide mode), nothing written.
+        """
+        req = self.request
         early = decide_publish(target_head, input_commit, attempt, True, input_commit)
         # The scoped fence builds on an input the target moved past (the scope decides at publish time).
         if early.action is Action.FAIL_CLOSED and req.scope is None:
@@ -142,66 +215,49 @@ class PublishEngine:
         superseded = supersedes(self.run_state, target_head, early)
         if superseded is not None:
             tell.supersedes(superseded)
-        area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
-        evidence.remove_earlier_branches(attempt, staging)  # step 3
-        area.create(staging, input_commit)
+        return superseded
+
+    def _report(
+        self,
+        guard: AttemptGuard,
+        evidence: Evidence,
+        tell: Reporter,
+        attempt: AttemptId,
+        staging: str,
+        published: Published,
+        workspace: Workspace,
+        tables: Sequence[Any],
+    ) -> PublishResult:
+        """Step 12: record the publication, report it, delete S (while reporting)."""
+        decision, superseded = published.decision, published.superseded
+        # A try cleared after publishing must not overwrite the new try's XCom: its publication
+        # is an abandoned one, which the new try replaces.
+        guard.ensure_current("before reporting", staging)
+        replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
+        with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
+            record_publication(self.run_state, published.output_ref, attempt.try_number, decision.action.value)
+        # Step 12's delete of S runs while the outcome is reported (each XCom push is a request to
+        # the API server): nothing from here on keeps S, and the try waits for the delete.
+        deleting = guard.delete_in_background(staging)
         try:
-            if pinned is None:
-                with guard.stale_if_cleared("before the job", staging):
-                    pin_input(self.run_state, req.input_ref, input_commit)
-            tell.staging_created(staging)
-            fence = publisher.check_hard_fence(input_commit, target_head)
-            failpoints.hit("after_staging_branch")
-            self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
-            workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
-            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
-            with guard.stale_first("while staging", staging):
-                staged = area.stage(attempt, staging, input_commit)  # step 7
-                tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
-            failpoints.hit("after_stage")
-            guard.check("before publish", staging)  # step 8
-            failpoints.hit("after_fence_2")
-            guard.check_budget()  # step 9
-            decision, output_ref = publisher.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, target_head, superseded, fence
+            evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
+            result = PublishResult(
+                output_ref=published.output_ref,
+                decision=decision.action.value,
+                input_ref=published.input_ref,
+                staged_commit=published.staged_commit,
+                staging_branch=staging,
+                reason=_superseding_reason(superseded, decision.action) if replaced else decision.reason,
+                target_head=published.target_head,
+                files=len(workspace.files),
+                bytes=workspace.size,
+                supersedes=superseded if replaced else None,
+                delta_versions={t.root: t.published_version for t in tables},
             )
-            failpoints.hit("after_verify")
-            # A try cleared after publishing must not overwrite the new try's XCom: its publication
-            # is an abandoned one, which the new try replaces.
-            guard.check("before reporting", staging)
-            replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
-            with guard.stale_if_cleared("before reporting", staging):  # cleared since the check above
-                record_publication(self.run_state, output_ref, attempt.try_number, decision.action.value)
-            # Step 12's delete of S runs while the outcome is reported (each XCom push is a request to
-            # the API server): nothing from here on keeps S, and the try waits for the delete.
-            deleting = guard.delete_in_background(staging)
-            try:
-                evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
-                result = PublishResult(
-                    output_ref=output_ref,
-                    decision=decision.action.value,
-                    input_ref=input_commit,
-                    staged_commit=staged.id,
-                    staging_branch=staging,
-                    reason=_superseding_reason(superseded, decision.action) if replaced else decision.reason,
-                    target_head=target_head.commit_id,
-                    files=len(workspace.files),
-                    bytes=workspace.size,
-                    supersedes=superseded if replaced else None,
-                    delta_versions={t.root: t.published_version for t in tables},
-                )
-                tell.published(result)  # step 12
-            finally:
-                deleting.result()
-            failpoints.hit("after_xcom")
-            return result
-        except PublishFenceError as exc:
-            if exc.staging_branch == staging:  # the fail-closed attempt's output is the evidence
-                evidence.keep(attempt, staging, input_commit, exc, tell)
-            raise
+            tell.published(result)  # step 12
         finally:
-            if not evidence.kept(staging):
-                guard.delete_quietly(staging)  # step 12: delete S
+            deleting.result()
+        return result
 
     def _parts(self) -> tuple[AttemptGuard, StagingArea, Publisher, Evidence]:
         """The attempt's collaborators, one per concern (built per run: they hold the attempt's state)."""
@@ -231,17 +287,17 @@ class PublishEngine:
             locations = AttemptLocations(
                 req.repository, req.target_branch, input_commit, staging, directory, req.write_mode
             )
-            with guard.stale_first(f"after the {self.job_name} failed", staging):
+            with guard.staging_may_vanish(f"after the {self.job_name} failed", staging):
                 area.run_job(job, locations)
             failpoints.hit("after_job")
             workspace = None if directory is None else area.collect(directory)  # step 5
-            guard.check("before stage", staging)  # step 6
+            guard.ensure_current("before stage", staging)  # step 6
             failpoints.hit("after_fence_1")
             if workspace is not None:
-                with guard.stale_first("while uploading", staging):
+                with guard.staging_may_vanish("while uploading", staging):
                     area.upload(staging, workspace)
             area.check_prefixes(staging, workspace)
-            with guard.stale_first("while replacing the output prefixes", staging):
+            with guard.staging_may_vanish("while replacing the output prefixes", staging):
                 area.drop_unwritten(staging, input_commit, workspace)
         return workspace or Workspace()
 

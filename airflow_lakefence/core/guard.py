@@ -3,13 +3,14 @@
 :class:`AttemptGuard` is asked by the flow (:mod:`airflow_lakefence.core.engine`) at the protocol's
 checkpoints:
 
-* :meth:`AttemptGuard.check`: the attempt fence (steps 6 and 8, and before reporting); a stale
-  attempt's staging branch is dropped before the supervisor's kill is awaited;
-* :meth:`AttemptGuard.stale_first` / :meth:`AttemptGuard.stale_if_cleared`: a failure that a newer
-  try explains (its branch vanished, its run state was archived) is reported as staleness;
-* :meth:`AttemptGuard.settle`: the one place where a lakeFS write whose answer was lost is
+* :meth:`AttemptGuard.ensure_current`: the attempt fence (steps 6 and 8, and before reporting); a
+  stale attempt's staging branch is dropped before the supervisor's kill is awaited;
+* :meth:`AttemptGuard.staging_may_vanish` / :meth:`AttemptGuard.run_state_may_be_archived`: around
+  work on the staging branch (which a newer try deletes) and on the run state (which a clear
+  archives), a failure that a newer try explains is reported as staleness;
+* :meth:`AttemptGuard.write_once`: the one place where a lakeFS write whose answer was lost is
   re-evaluated from fresh state, never repeated blindly;
-* :meth:`AttemptGuard.check_budget`: step 9.
+* :meth:`AttemptGuard.ensure_publish_budget`: step 9.
 
 Nothing here imports Airflow or lakeFS.
 """
@@ -90,7 +91,7 @@ class AttemptGuard:
         self.deadline = deadline
         self._deleted: set[str] = set()
 
-    def check(self, where: str, staging: str) -> None:
+    def ensure_current(self, where: str, staging: str) -> None:
         """The attempt fence: return while this attempt is the current one.
 
         :param where: names the checkpoint in the error.
@@ -104,7 +105,7 @@ class AttemptGuard:
         self.fence.fail(where, reason)
 
     @contextmanager
-    def stale_first(self, where: str, staging: str) -> Iterator[None]:
+    def staging_may_vanish(self, where: str, staging: str) -> Iterator[None]:
         """Report a failure on the staging branch as staleness when the attempt is stale.
 
         A newer try deletes the staging branches of earlier tries, so a stale attempt's job, upload
@@ -116,11 +117,11 @@ class AttemptGuard:
         try:
             yield
         except (JobError, LakeFSNotFoundError):
-            self.check(where, staging)
+            self.ensure_current(where, staging)
             raise
 
     @contextmanager
-    def stale_if_cleared(self, where: str, staging: str) -> Iterator[None]:
+    def run_state_may_be_archived(self, where: str, staging: str) -> Iterator[None]:
         """Run-state calls of a try that may have been cleared meanwhile.
 
         A cleared try loses its run state (the server archived its task-instance id, so the store
@@ -133,14 +134,15 @@ class AttemptGuard:
         try:
             yield
         except LakeFenceError:
-            self.check(where, staging)
+            self.ensure_current(where, staging)
             raise
 
-    def settle(
+    def write_once(
         self,
         operation: str,
         write: Callable[[bool], T],
         reread: Callable[[LakeFSUnavailableError], T | None],
+        staging: str | None = None,
     ) -> T:
         """Do a lakeFS write whose answer may be lost, deciding from fresh state instead of repeating it.
 
@@ -149,10 +151,14 @@ class AttemptGuard:
             its outcome; it may read and decide again first.
         :param reread: after a lost answer, the outcome if the state proves the write landed, else
             ``None`` to run another round; it may raise when the state rules out both.
+        :param staging: the attempt's staging branch: then every round after a lost answer first
+            passes the attempt fence (the try may have been cleared meanwhile: never write for a stale try).
         :raises LakeFSUnavailableError: when no round's outcome could be confirmed.
         """
         last: LakeFSUnavailableError | None = None
         for _ in range(PUBLISH_ROUNDS):
+            if last is not None and staging is not None:
+                self.ensure_current(f"before another {operation} round", staging)
             try:
                 return write(last is not None)
             except LakeFSUnavailableError as exc:
@@ -168,7 +174,7 @@ class AttemptGuard:
             operation=last.operation or operation,
         ) from last
 
-    def check_budget(self) -> None:
+    def ensure_publish_budget(self) -> None:
         """Step 9: refuse to start publishing when less than the budget remains.
 
         :raises PublishBudgetError: when too little time remains.

@@ -104,6 +104,17 @@ class TargetMerge:
                 staging_branch=staging,
             ) from exc
 
+    @staticmethod
+    def nothing_landed(exc: PublishFenceError) -> bool:
+        """Whether a refused merge left the target as it was and the target is worth reading again:
+        a hard fence's refusal (a race lost, or an earlier try's publication to replace) or a conflict.
+
+        :param exc: what :meth:`send` raised.
+        """
+        return isinstance(exc, (HardFenceRaceError, ScopeOverlapError)) or isinstance(
+            exc.__cause__, LakeFSConflictError
+        )
+
     def rejection(self, exc: LakeFSHookRejectedError, head: HeadState, staging: str) -> PublishFenceError:
         """What a pre-merge hook's refusal means: the hard fence's (a race, or an installation to
         upgrade), or a user's hook's.

@@ -1,12 +1,20 @@
-"""Steps 10 and 11: the publish fence decides, the publisher acts, then verifies what it did.
+"""Steps 10 and 11: the publish fence decides, a strategy acts, then verifies what it did.
 
-:class:`Publisher` reads the target's HEAD, asks the decision table
-(:func:`~airflow_lakefence.core.fence.decide_publish`) and acts on its one answer: merge, no-op,
-replacement or relocation of an abandoned publication (by a hard reset, or by merges on a protected
-target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or failing closed. After
-acting it verifies (the merge's first parent, the HEAD after a reset) unless lakeFS's hard fence
-already checked the head server-side (docs/hard-fence.md). A scoped request (``fence_scope="prefixes"``)
-is decided and acted on by :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` instead.
+:class:`Publisher` checks the hard fence before the job (a :class:`~airflow_lakefence.core.hardfence.HardFenceStatus`
+value) and, at publish time, hands the attempt to one of two strategies behind one interface
+(:class:`PublishStrategy`):
+
+* :class:`BranchPublish` (the default, ``fence_scope="branch"``) reads the target's HEAD, asks the
+  decision table (:func:`~airflow_lakefence.core.fence.decide_publish`) and acts on its one answer:
+  merge, no-op, replacement or relocation of an abandoned publication (by a hard reset, or by merges
+  on a protected target: :mod:`airflow_lakefence.core.merge_only`), idempotent completion, or
+  failing closed. After acting it verifies (the merge's first parent, the HEAD after a reset)
+  unless lakeFS's hard fence already checked the head server-side (docs/hard-fence.md);
+* :class:`~airflow_lakefence.core.scoped_publish.ScopedPublish` (``fence_scope="prefixes"``) fences
+  on the declared prefixes instead.
+
+Both send their merges through :class:`~airflow_lakefence.core.merging.TargetMerge` and replace by
+merges through :func:`~airflow_lakefence.core.merge_only.replace_through_temp_branch`.
 
 lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
 module turns each into what it means for the protocol.
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
@@ -45,7 +53,6 @@ from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
     LakeFSBranchProtectedError,
-    LakeFSConflictError,
     LakeFSHookRejectedError,
     PublishFenceError,
     PublishRaceError,
@@ -70,6 +77,16 @@ def supersedes(run_state: RunStatePort, head: HeadState, early: FenceDecision) -
     if reported is None or reported["output_ref"] != head.commit_id:
         return None
     return {"output_ref": head.commit_id, "try_number": reported.get("try_number")}
+
+
+class _Publishing(NamedTuple):
+    """The values every action of one publish round works with."""
+
+    attempt: AttemptId
+    staging: str
+    input_commit: str
+    staged: str
+    fence: HardFenceStatus
 
 
 class Publisher:
@@ -165,43 +182,116 @@ class Publisher:
         :param fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
-        changed = staged.id != input_commit
         metadata = {
             **(self.request.commit_metadata or {}),
             **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
         }
+        strategy: PublishStrategy
         if self.request.scope is not None:
-            scoped = ScopedPublish(self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging)
-            return scoped.publish(attempt, staging, input_commit, staged, metadata, fence)
+            strategy = ScopedPublish(
+                self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, fence
+            )
+        else:
+            strategy = BranchPublish(
+                self.lakefs,
+                self.request,
+                self.guard,
+                self.log,
+                self.merging,
+                fence,
+                self.job_name,
+                early_head,
+                superseded,
+            )
+        return strategy.publish(attempt, staging, input_commit, staged, metadata)
+
+
+class PublishStrategy(Protocol):
+    """Steps 10 and 11 for one request: decide on the target and act (branch-wide or scoped)."""
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide and act; return the decision and the output ref.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :param record: the publication's metadata (the ``publish`` record and the user's metadata).
+        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
+        """
+        ...
+
+
+class BranchPublish:
+    """The branch-wide strategy: the decision table on the target's HEAD, acted on (merge, reset or
+    merge-only replacement), verified unless lakeFS's hard fence checked it.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param guard: the attempt's guard.
+    :param log: where to log.
+    :param merging: how merges into the target are sent and their refusals read.
+    :param fence: the hard fence's status, as the check before the job left it.
+    :param job_name: how messages name the job.
+    :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+    :param superseded: the successful publication this attempt replaces, if any.
+    """
+
+    def __init__(
+        self,
+        lakefs: LakeFSPort,
+        request: PublishRequest,
+        guard: AttemptGuard,
+        log: Log,
+        merging: TargetMerge,
+        fence: HardFenceStatus,
+        job_name: str,
+        early_head: HeadState,
+        superseded: Mapping[str, Any] | None,
+    ) -> None:
+        self.lakefs = lakefs
+        self.request = request
+        self.guard = guard
+        self.log = log
+        self.merging = merging
+        self.fence = fence
+        self.job_name = job_name
+        self.early_head = early_head
+        self.superseded = superseded
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
+        changed = staged.id != input_commit
+        metadata = record
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
-            decision = self._explain(head, decision, attempt, staging, input_commit, superseded)
+            decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            return decision, self._act(decision, attempt, staging, input_commit, staged.id, metadata, head, fence)
+            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence)
+            return decision, self._act(decision, pub, metadata, head)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
-            if answer_lost:
-                # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.guard.check("before another publish round", staging)
             # Every round reads the target afresh: a write that landed although its answer was lost
             # shows up as this attempt's own publication (the idempotent row). With the hard fence a
             # merge acts at once on the head read before the job, and the target is read only when
             # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
             refused: PublishRaceError | None = None
-            if fence.relied_on and not answer_lost:
-                decision = decide_publish(early_head, input_commit, attempt, changed, staged.id)
+            if self.fence.relied_on and not answer_lost:
+                decision = decide_publish(self.early_head, input_commit, attempt, changed, staged.id)
                 optimistic = decision.action is Action.MERGE or (
                     decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
                 )
                 if optimistic:
                     try:
-                        return act_on(early_head, decision)
+                        return act_on(self.early_head, decision)
                     except PublishRaceError as exc:
                         # Refused by the fence, or a conflict with what moved the head: nothing landed.
-                        if not isinstance(exc, HardFenceRaceError) and not isinstance(
-                            exc.__cause__, LakeFSConflictError
-                        ):
+                        if not self.merging.nothing_landed(exc):
                             raise
                         self.log.info("%s: reading the target to decide again", exc)
                         refused = exc
@@ -212,7 +302,7 @@ class Publisher:
                 raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
             return act_on(head, decision)
 
-        return self.guard.settle("publish", publish_round, lambda _exc: None)
+        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
 
     def _explain(
         self,
@@ -254,25 +344,22 @@ class Publisher:
     def _act(
         self,
         decision: FenceDecision,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        staging, input_commit = pub.staging, pub.input_commit
         # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
         metadata = {**metadata, **expected_head_metadata(head.commit_id)}
         if decision.action is Action.FAIL_CLOSED:
             raise PublishFenceError(decision.reason, staging_branch=staging)
         if decision.action is Action.MERGE:
-            return self._merge(attempt, staging, input_commit, staged, metadata, head, fence)
+            return self._merge(pub, metadata, head)
         if decision.action in (Action.REPLACE, Action.RELOCATE):
             assert decision.output_ref is not None
             if self.request.replace_by_merge:
-                return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
-            return self._reset(decision.output_ref, attempt, staging, input_commit, staged, metadata, head, fence)
+                return self._replace_by_merge(pub, metadata, head)
+            return self._reset(decision.output_ref, pub, metadata, head)
         if decision.action is Action.IDEMPOTENT:
             # A previous round's write landed although its answer was lost.
             assert decision.output_ref is not None
@@ -281,14 +368,17 @@ class Publisher:
 
     def _merge(
         self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        attempt, staging, input_commit, staged, fence = (
+            pub.attempt,
+            pub.staging,
+            pub.input_commit,
+            pub.staged,
+            pub.fence,
+        )
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         if fence.intact and fence.version is not None:
             # The publication's tree keeps the input's action file: the next attempt that builds on
@@ -310,20 +400,17 @@ class Publisher:
     def _reset(
         self,
         output_ref: str,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        staging = pub.staging
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         try:
             client.hard_reset(repo, target, output_ref)
         except LakeFSBranchProtectedError:
             self.log.info("%r is protected (no hard reset): replacing by merges", target)
-            return self._replace_by_merge(attempt, staging, input_commit, staged, metadata, head, fence)
+            return self._replace_by_merge(pub, metadata, head)
         failpoints.hit("after_publish_action")
         now = HeadState.of(client.get_commit(repo, target))
         # A commit whose first parent is what was set came after the reset: not a race.
@@ -337,14 +424,17 @@ class Publisher:
 
     def _replace_by_merge(
         self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
+        pub: _Publishing,
         metadata: Mapping[str, str],
         head: HeadState,
-        fence: HardFenceStatus,
     ) -> str:
+        attempt, staging, input_commit, staged, fence = (
+            pub.attempt,
+            pub.staging,
+            pub.input_commit,
+            pub.staged,
+            pub.fence,
+        )
         repo, target = self.request.repository, self.request.target_branch
         try:
             outcome = replace_by_merge(

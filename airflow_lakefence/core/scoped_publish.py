@@ -52,7 +52,6 @@ from airflow_lakefence.core.scope import (
 )
 from airflow_lakefence.exceptions import (
     LakeFenceError,
-    LakeFSConflictError,
     PublishFenceError,
     PublishRaceError,
     ScopeOverlapError,
@@ -87,6 +86,7 @@ class ScopedPublish:
     :param guard: the attempt's guard (the attempt fence between rounds, lost answers).
     :param log: where to log.
     :param merging: how merges into the target are sent and their refusals read.
+    :param fence: the hard fence's status, as the check before the job left it.
     """
 
     def __init__(
@@ -97,6 +97,7 @@ class ScopedPublish:
         guard: AttemptGuard,
         log: Log,
         merging: TargetMerge,
+        fence: HardFenceStatus = NO_HARD_FENCE,
     ) -> None:
         self.lakefs = lakefs
         self.request = request
@@ -106,7 +107,7 @@ class ScopedPublish:
         self.merging = merging
         self.repo = request.repository
         self.target = request.target_branch
-        self.fence = NO_HARD_FENCE
+        self.fence = fence
 
     def publish(
         self,
@@ -115,7 +116,6 @@ class ScopedPublish:
         input_commit: str,
         staged: CommitInfo,
         record: Mapping[str, str],
-        fence: HardFenceStatus = NO_HARD_FENCE,
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD within the scope and act; return the decision and the output ref.
 
@@ -124,16 +124,12 @@ class ScopedPublish:
         :param input_commit: the input commit.
         :param staged: the staged commit.
         :param record: the publication's metadata (the ``publish`` record and the user's metadata).
-        :param fence: the hard fence's status, as the check before the job left it.
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
-        self.fence = fence
         changed = staged.id != input_commit
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             if answer_lost:
-                # The try may have been cleared while the answer was lost: never write for a stale try.
-                self.guard.check("before another publish round", staging)
                 landed = self._landed(attempt, input_commit)
                 if landed is not None:
                     # The merge landed although its answer was lost: verify it as any merge, report it.
@@ -152,13 +148,13 @@ class ScopedPublish:
                 except PublishFenceError as exc:
                     # Refused by the fence (the scope changed since the input, e.g. an earlier try of
                     # this key published) or a conflict: nothing landed. Read and decide.
-                    if not isinstance(exc, ScopeOverlapError) and not isinstance(exc.__cause__, LakeFSConflictError):
+                    if not self.merging.nothing_landed(exc):
                         raise
                     self.log.info("%s: reading the target to decide again", exc)
             head = read_target_head(self.lakefs, self.request)
             return self._decide_and_act(head, attempt, staging, input_commit, staged, record, changed)
 
-        return self.guard.settle("publish", publish_round, lambda _exc: None)
+        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
 
     # -- deciding ------------------------------------------------------------------------------
 

@@ -123,7 +123,7 @@ class StagingArea:
                 return None
 
         try:
-            return self.guard.settle("create_branch", create, landed)
+            return self.guard.write_once("create_branch", create, landed)
         except LakeFSUnavailableError:
             self.guard.delete_quietly(staging)  # in case a creation lands late
             raise
@@ -245,7 +245,7 @@ class StagingArea:
         if workspace is not None:
             outside: list[str] = [name for name, _ in workspace.files if not name.startswith(prefixes)]
         else:
-            with self.guard.stale_first("while checking the output", staging):
+            with self.guard.staging_may_vanish("while checking the output", staging):
                 outside = self.lakefs.paths_outside(self.request.repository, staging, prefixes)
         if outside:
             tables = self.request.tables
@@ -363,4 +363,4 @@ class StagingArea:
             head = client.get_commit(repo, staging)
             return head if decode_metadata(head.metadata) == record else None
 
-        return self.guard.settle("commit", commit, landed)
+        return self.guard.write_once("commit", commit, landed)
