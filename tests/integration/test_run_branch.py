@@ -8,6 +8,7 @@ Python task publishing into the run branch) → ``publish`` (LakeFSPublishRunOpe
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lakefs
@@ -338,3 +339,44 @@ def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
     assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
     assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
+
+
+def runs_at_once(attribute: str, confs: tuple[dict[str, Any], ...], tmp_path: Path) -> list[dict[str, Any]]:
+    """Run one DAG of tests/dags/run_branch_dags.py once per conf, all at once, one process each."""
+    from tests.conftest import DAGS_FOLDER
+    from tests.integration.test_example_partitioned import run_dates_at_once
+
+    dates = tuple(f"2026-01-0{n + 1}" for n in range(len(confs)))  # distinct runs: distinct run branches
+    return run_dates_at_once(
+        DAGS_FOLDER / "testdags" / "run_branch_dags.py", dates, tmp_path, attribute=attribute, confs=confs
+    )
+
+
+@pytest.mark.scoped
+def test_two_scoped_runs_publishing_at_once_both_land(seeded: tuple[lakefs.Repository, str], tmp_path: Path) -> None:
+    repo, input_commit = seeded
+    confs = tuple(
+        conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"])
+        for p in ("a", "b")
+    )
+    outcomes = runs_at_once("scoped_dag", confs, tmp_path)
+    assert [o["state"] for o in outcomes] == ["success", "success"], outcomes
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
+    published = {o["xcoms"]["publish"]["output_ref"] for o in outcomes}
+    assert set(publications_on_top_of(repo, input_commit)) == published and len(published) == 2
+
+
+@pytest.mark.hard_fence
+def test_two_runs_publishing_at_once_through_the_hard_fence_land_once(
+    fenced_main: tuple[lakefs.Repository, str], tmp_path: Path
+) -> None:
+    repo, input_commit = fenced_main
+    confs = tuple(conf(repo, {"out/a.txt": text}, source=input_commit) for text in ("A", "B"))
+    outcomes = runs_at_once("hard_dag", confs, tmp_path)
+    states = sorted(o["state"] for o in outcomes)
+    assert states == ["failed", "success"], outcomes
+    (winner,) = [o for o in outcomes if o["state"] == "success"]
+    head = repo.branch("main").get_commit()
+    assert publications_on_top_of(repo, input_commit) == [head.id] == [winner["xcoms"]["publish"]["output_ref"]]
+    assert head.parents[0] == input_commit
