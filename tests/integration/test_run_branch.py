@@ -353,6 +353,7 @@ def runs_at_once(attribute: str, confs: tuple[dict[str, Any], ...], tmp_path: Pa
 
 
 @pytest.mark.scoped
+@pytest.mark.lakefs_reference_only  # processes at once: real lakeFS only under --lakefs-backend=both
 def test_two_scoped_runs_publishing_at_once_both_land(seeded: tuple[lakefs.Repository, str], tmp_path: Path) -> None:
     repo, input_commit = seeded
     confs = tuple(
@@ -368,6 +369,7 @@ def test_two_scoped_runs_publishing_at_once_both_land(seeded: tuple[lakefs.Repos
 
 
 @pytest.mark.hard_fence
+@pytest.mark.lakefs_reference_only  # processes at once: real lakeFS only under --lakefs-backend=both
 def test_two_runs_publishing_at_once_through_the_hard_fence_land_once(
     fenced_main: tuple[lakefs.Repository, str], tmp_path: Path
 ) -> None:
