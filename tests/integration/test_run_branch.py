@@ -37,6 +37,12 @@ def conf(repo: lakefs.Repository, files: dict[str, str] | None = None, **extra: 
     return {"repository": repo.id, "files": {"out/a.txt": "A"} if files is None else files, **extra}
 
 
+def partition_conf(repo: lakefs.Repository, partition: str, input_commit: str) -> dict[str, Any]:
+    """A scoped run writing one partition, ``tables/t/p=<partition>/``, built on ``input_commit``."""
+    prefix = f"tables/t/p={partition}/"
+    return conf(repo, {f"{prefix}part.txt": partition}, source=input_commit, output_prefixes=[prefix])
+
+
 def run(dag: Any, run_conf: dict[str, Any]) -> Any:
     return dag.test(run_conf=run_conf)
 
@@ -199,7 +205,7 @@ def test_two_scoped_runs_of_disjoint_partitions_both_land(rdags: Any, seeded: tu
     runs = [
         run(
             rdags.scoped_dag,
-            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+            partition_conf(repo, p, input_commit),
         )
         for p in ("a", "b")
     ]
@@ -331,7 +337,7 @@ def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
     runs = [
         run(
             rdags.scoped_hard_dag,
-            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+            partition_conf(repo, p, input_commit),
         )
         for p in ("a", "b")
     ]
@@ -356,10 +362,7 @@ def runs_at_once(attribute: str, confs: tuple[dict[str, Any], ...], tmp_path: Pa
 @pytest.mark.lakefs_reference_only  # processes at once: real lakeFS only under --lakefs-backend=both
 def test_two_scoped_runs_publishing_at_once_both_land(seeded: tuple[lakefs.Repository, str], tmp_path: Path) -> None:
     repo, input_commit = seeded
-    confs = tuple(
-        conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"])
-        for p in ("a", "b")
-    )
+    confs = tuple(partition_conf(repo, p, input_commit) for p in ("a", "b"))
     outcomes = runs_at_once("scoped_dag", confs, tmp_path)
     assert [o["state"] for o in outcomes] == ["success", "success"], outcomes
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
