@@ -269,9 +269,10 @@ def test_a_foreign_branch_of_the_runs_name_fails_closed(rdags: Any, seeded: tupl
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the scoped fence's merge-only replacement of an abandoned publication by a staged commit with the same "
-    "tree ends with lakeFS answering 'no changes' to the final merge, read as an unconfirmed publish "
-    "(core/scoped_publish.py, core/merge_only.py); a run's retry always stages the same tree",
+    reason="the scoped fence's replacement (core/scoped_publish.py: revert, merge of the staged commit into the "
+    "temporary branch, merge into the target) ends with lakeFS answering 'no changes' to its last merge when the "
+    "staged tree is the replaced publication's, and the engine reads that as an unconfirmed publish; a run's retry "
+    "always stages the same tree (the merge needs allow_empty)",
 )
 def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
     rdags: Any, seeded: tuple[lakefs.Repository, str]
