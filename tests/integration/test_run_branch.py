@@ -386,3 +386,21 @@ def test_two_runs_publishing_at_once_through_the_hard_fence_land_once(
     head = repo.branch("main").get_commit()
     assert publications_on_top_of(repo, input_commit) == [head.id] == [winner["xcoms"]["publish"]["output_ref"]]
     assert head.parents[0] == input_commit
+
+
+def test_a_mapped_run_branch_step_makes_one_branch_per_map_index(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    repo, input_commit = seeded
+    dr = run(rdags.mapped_dag, {"repository": repo.id})
+    assert dr.state == "success"
+    with create_session() as session:
+        rows = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, key="return_value").all()
+        names = {row.map_index: XComModel.deserialize_value(row) for row in rows}
+    assert sorted(names) == [0, 1] and names[0] != names[1]
+    for index, name in names.items():
+        assert name.startswith("part-manual__") and name.endswith(run_hash(dr.dag_id, dr.run_id, index))
+        assert repo.branch(name).get_commit().id == input_commit
