@@ -184,13 +184,7 @@ class LakeFSClient(ObjectsMixin):
         :raises LakeFSNotFoundError: if the repository or ref does not exist.
         :raises LakeFSError: for any other failure.
         """
-        commit = self._call(
-            "get_commit",
-            f"ref {ref!r} in {repository!r}",
-            lambda: self._api.commits_api.get_commit(repository, ref, _request_timeout=self._timeout),
-            idempotent=True,
-        )
-        return commit_from_sdk(commit)
+        return commit_from_sdk(self._sdk_commit(repository, ref))
 
     def commit_details(self, repository: str, ref: str) -> dict[str, Any]:
         """Resolve ``ref`` to its commit, as lakeFS describes it (``id``, ``parents``, ``committer``,
@@ -201,13 +195,16 @@ class LakeFSClient(ObjectsMixin):
         :raises LakeFSNotFoundError: if the repository or ref does not exist.
         :raises LakeFSError: for any other failure.
         """
-        commit = self._call(
+        return dict(self._sdk_commit(repository, ref).to_dict())  # type: ignore[no-untyped-call]
+
+    def _sdk_commit(self, repository: str, ref: str) -> SdkCommit:
+        result: SdkCommit = self._call(
             "get_commit",
             f"ref {ref!r} in {repository!r}",
             lambda: self._api.commits_api.get_commit(repository, ref, _request_timeout=self._timeout),
             idempotent=True,
         )
-        return dict(commit.to_dict())
+        return result
 
     def commit(
         self, repository: str, branch: str, message: str, metadata: Mapping[str, str], *, allow_empty: bool = False

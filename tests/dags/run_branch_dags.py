@@ -69,3 +69,9 @@ scoped_hard_dag = _run_dag(
     output_prefixes="{{ dag_run.conf['output_prefixes'] }}",
     hard_fence="require",
 )
+
+with failure_recording_dag("lf_run_branch_mapped", FAILURES) as mapped_dag:
+    # One run branch per map index: the same template, the same input, two branches.
+    LakeFSRunBranchOperator.partial(task_id="run_branch", repository=REPO, run_branch="part-{{ run_id }}").expand(
+        source_ref=["main", "main"]
+    )

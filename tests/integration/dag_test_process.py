@@ -1,7 +1,8 @@
 """Run one DAG file's DAG under ``dag.test()`` in this process, for one logical date; print the outcome.
 
-``python -m tests.integration.dag_test_process <dag file> <logical date>``: the parent test sets the
-environment (Airflow home, a metadata DB of this process's own, the lakeFS connection). Prints one
+``python -m tests.integration.dag_test_process <dag file> <logical date> [<DAG attribute> <run conf JSON>]``:
+the parent test sets the environment (Airflow home, a metadata DB of this process's own, the lakeFS
+connection); the DAG is the module's ``dag`` unless named. Prints one
 JSON line: ``{"state", "run_id", "xcoms": {task_id: {key: value}}, "tis": {task_id: [start, end]}}``.
 
 ``dag.test()`` is not thread-safe (its in-process task runner and the DAG bundle sync are
@@ -18,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 
-def main(path: str, logical_date: str) -> dict[str, Any]:
+def main(path: str, logical_date: str, attribute: str = "dag", run_conf: str | None = None) -> dict[str, Any]:
     """Run the DAG of ``path`` for ``logical_date``; return its outcome.
 
     :param path: the DAG file (inside the configured dags folder).
     :param logical_date: an ISO date.
+    :param attribute: the module attribute holding the DAG.
+    :param run_conf: the run's conf, as JSON.
     """
     import pendulum
     from airflow.models.taskinstance import TaskInstance
@@ -33,7 +36,8 @@ def main(path: str, logical_date: str) -> dict[str, Any]:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run = module.dag.test(logical_date=pendulum.parse(logical_date))
+    conf = None if run_conf is None else json.loads(run_conf)
+    run = getattr(module, attribute).test(logical_date=pendulum.parse(logical_date), run_conf=conf)
     xcoms: dict[str, dict[str, Any]] = {}
     tis: dict[str, list[str | None]] = {}
     with create_session() as session:
@@ -48,5 +52,5 @@ def main(path: str, logical_date: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    outcome = main(sys.argv[1], sys.argv[2])
+    outcome = main(*sys.argv[1:5])
     print("LAKEFENCE-OUTCOME " + json.dumps(outcome, default=str))

@@ -44,9 +44,17 @@ def _expected(day: str) -> tuple[int, int]:
     return len(rows), len({n % 97 for n in rows})
 
 
-def run_dates_at_once(dag_file: Path, dates: tuple[str, ...], tmp_path: Path) -> list[dict[str, Any]]:
-    """Run ``dag_file``'s DAG under ``dag.test()`` for every date at once, one process each (see
-    tests/integration/dag_test_process.py); their outcomes, in order."""
+def run_dates_at_once(
+    dag_file: Path,
+    dates: tuple[str, ...],
+    tmp_path: Path,
+    *,
+    attribute: str = "dag",
+    confs: tuple[dict[str, Any], ...] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``dag_file``'s DAG (the module's ``attribute``) under ``dag.test()`` for every date at once,
+    one process each (see tests/integration/dag_test_process.py), each date with its run conf from
+    ``confs``; their outcomes, in order."""
     database = Path(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))
     procs = []
     for n, day in enumerate(dates):
@@ -55,7 +63,8 @@ def run_dates_at_once(dag_file: Path, dates: tuple[str, ...], tmp_path: Path) ->
         env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{copy}", "PYTHONPATH": str(REPO)}
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.dag_test_process", str(dag_file), day],
+                [sys.executable, "-m", "tests.integration.dag_test_process", str(dag_file), day]
+                + ([] if confs is None else [attribute, json.dumps(confs[n])]),
                 env=env,
                 cwd=REPO,
                 stdout=subprocess.PIPE,

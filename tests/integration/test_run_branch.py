@@ -8,6 +8,7 @@ Python task publishing into the run branch) → ``publish`` (LakeFSPublishRunOpe
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lakefs
@@ -34,6 +35,12 @@ def rdags() -> Any:
 
 def conf(repo: lakefs.Repository, files: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     return {"repository": repo.id, "files": {"out/a.txt": "A"} if files is None else files, **extra}
+
+
+def partition_conf(repo: lakefs.Repository, partition: str, input_commit: str) -> dict[str, Any]:
+    """A scoped run writing one partition, ``tables/t/p=<partition>/``, built on ``input_commit``."""
+    prefix = f"tables/t/p={partition}/"
+    return conf(repo, {f"{prefix}part.txt": partition}, source=input_commit, output_prefixes=[prefix])
 
 
 def run(dag: Any, run_conf: dict[str, Any]) -> Any:
@@ -198,7 +205,7 @@ def test_two_scoped_runs_of_disjoint_partitions_both_land(rdags: Any, seeded: tu
     runs = [
         run(
             rdags.scoped_dag,
-            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+            partition_conf(repo, p, input_commit),
         )
         for p in ("a", "b")
     ]
@@ -262,9 +269,10 @@ def test_a_foreign_branch_of_the_runs_name_fails_closed(rdags: Any, seeded: tupl
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the scoped fence's merge-only replacement of an abandoned publication by a staged commit with the same "
-    "tree ends with lakeFS answering 'no changes' to the final merge, read as an unconfirmed publish "
-    "(core/scoped_publish.py, core/merge_only.py); a run's retry always stages the same tree",
+    reason="the scoped fence's replacement (core/scoped_publish.py: revert, merge of the staged commit into the "
+    "temporary branch, merge into the target) ends with lakeFS answering 'no changes' to its last merge when the "
+    "staged tree is the replaced publication's, and the engine reads that as an unconfirmed publish; a run's retry "
+    "always stages the same tree (the merge needs allow_empty)",
 )
 def test_a_scoped_run_killed_after_its_merge_is_replaced_by_the_retry(
     rdags: Any, seeded: tuple[lakefs.Repository, str]
@@ -330,7 +338,7 @@ def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
     runs = [
         run(
             rdags.scoped_hard_dag,
-            conf(repo, {f"tables/t/p={p}/part.txt": p}, source=input_commit, output_prefixes=[f"tables/t/p={p}/"]),
+            partition_conf(repo, p, input_commit),
         )
         for p in ("a", "b")
     ]
@@ -338,3 +346,61 @@ def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
     assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
     assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
+
+
+def runs_at_once(attribute: str, confs: tuple[dict[str, Any], ...], tmp_path: Path) -> list[dict[str, Any]]:
+    """Run one DAG of tests/dags/run_branch_dags.py once per conf, all at once, one process each."""
+    from tests.conftest import DAGS_FOLDER
+    from tests.integration.test_example_partitioned import run_dates_at_once
+
+    dates = tuple(f"2026-01-0{n + 1}" for n in range(len(confs)))  # distinct runs: distinct run branches
+    return run_dates_at_once(
+        DAGS_FOLDER / "testdags" / "run_branch_dags.py", dates, tmp_path, attribute=attribute, confs=confs
+    )
+
+
+@pytest.mark.scoped
+@pytest.mark.lakefs_reference_only  # processes at once: real lakeFS only under --lakefs-backend=both
+def test_two_scoped_runs_publishing_at_once_both_land(seeded: tuple[lakefs.Repository, str], tmp_path: Path) -> None:
+    repo, input_commit = seeded
+    confs = tuple(partition_conf(repo, p, input_commit) for p in ("a", "b"))
+    outcomes = runs_at_once("scoped_dag", confs, tmp_path)
+    assert [o["state"] for o in outcomes] == ["success", "success"], outcomes
+    assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
+    assert read_text(repo, "main", "tables/t/p=b/part.txt") == "b"
+    published = {o["xcoms"]["publish"]["output_ref"] for o in outcomes}
+    assert set(publications_on_top_of(repo, input_commit)) == published and len(published) == 2
+
+
+@pytest.mark.hard_fence
+@pytest.mark.lakefs_reference_only  # processes at once: real lakeFS only under --lakefs-backend=both
+def test_two_runs_publishing_at_once_through_the_hard_fence_land_once(
+    fenced_main: tuple[lakefs.Repository, str], tmp_path: Path
+) -> None:
+    repo, input_commit = fenced_main
+    confs = tuple(conf(repo, {"out/a.txt": text}, source=input_commit) for text in ("A", "B"))
+    outcomes = runs_at_once("hard_dag", confs, tmp_path)
+    states = sorted(o["state"] for o in outcomes)
+    assert states == ["failed", "success"], outcomes
+    (winner,) = [o for o in outcomes if o["state"] == "success"]
+    head = repo.branch("main").get_commit()
+    assert publications_on_top_of(repo, input_commit) == [head.id] == [winner["xcoms"]["publish"]["output_ref"]]
+    assert head.parents[0] == input_commit
+
+
+def test_a_mapped_run_branch_step_makes_one_branch_per_map_index(
+    rdags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    repo, input_commit = seeded
+    dr = run(rdags.mapped_dag, {"repository": repo.id})
+    assert dr.state == "success"
+    with create_session() as session:
+        rows = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, key="return_value").all()
+        names = {row.map_index: XComModel.deserialize_value(row) for row in rows}
+    assert sorted(names) == [0, 1] and names[0] != names[1]
+    for index, name in names.items():
+        assert name.startswith("part-manual__") and name.endswith(run_hash(dr.dag_id, dr.run_id, index))
+        assert repo.branch(name).get_commit().id == input_commit
