@@ -91,7 +91,10 @@ def clear_and_rerun(dag: Any, dag_run: Any, task_id: str = "publish", *, forget_
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
+    try:
+        from airflow.serialization.serialized_objects import DagSerialization
+    except ImportError:  # Airflow 3.1 and 3.2
+        from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState, TaskInstanceState
 
