@@ -224,7 +224,11 @@ def run_existing(dag: Any, run_id: str) -> Any:
     loop, in this process: what the scheduler would do; return the refreshed DagRun."""
     from airflow.models.dagrun import DagRun
     from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
+
+    try:
+        from airflow.serialization.serialized_objects import DagSerialization
+    except ImportError:  # Airflow 3.1 and 3.2
+        from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState, TaskInstanceState
 

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import InputRefError, LakeFSUnavailableError
+from airflow_lakefence.run_state import RUN_STATE_BRANCH
 from tests.integration.helpers import publications_on_top_of, publish_conf, read_text, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
@@ -79,6 +80,8 @@ def test_call_counts_of_a_direct_merge_publish(
     dags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, history: int
 ) -> None:
     repo, _ = seeded
+    # The run state's branch exists (as after a repository's first record); its record is an uploadObject.
+    repo.branch(RUN_STATE_BRANCH).create("main", hidden=True)
     for n in range(history - 1):
         repo.branch("main").commit(f"history {n}", allow_empty=True)
     input_commit = repo.branch("main").get_commit().id
