@@ -33,7 +33,7 @@ from airflow_lakefence.exceptions import (
 )
 from airflow_lakefence.lakefs_client import LakeFSClient
 
-__all__ = ["RECORD_METADATA_KEY", "RUN_STATE_BRANCH", "LakeFSRunState", "run_state_prefix"]
+__all__ = ["RECORD_METADATA_KEY", "RUN_STATE_BRANCH", "LakeFSRunState", "run_state_prefix", "task_run_state"]
 
 #: The hidden branch holding every run's records in a repository (not a staging branch: the
 #: cleaner's ``<prefix>-`` listing never matches it).
@@ -159,3 +159,17 @@ def read_run_state(client: LakeFSClient, repository: str, key: PublicationKey) -
     :raises LakeFenceError: when lakeFS does not answer.
     """
     return LakeFSRunState(client, repository, key, source_branch="main", fresh=False).items("")
+
+
+def task_run_state(context: Any, client: LakeFSClient, repository: str, *, source_branch: str) -> LakeFSRunState:
+    """The run state of the task instance running in ``context`` (every try of its run shares it).
+
+    :param context: the Airflow context.
+    :param client: the lakeFS client.
+    :param repository: the repository holding the records.
+    :param source_branch: the branch the record branch is created from when it does not exist yet.
+    """
+    from airflow_lakefence.attempt import attempt_from_context
+
+    attempt = attempt_from_context(context)
+    return LakeFSRunState(client, repository, attempt.key, source_branch=source_branch, fresh=attempt.try_number <= 1)

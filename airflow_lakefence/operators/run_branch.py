@@ -27,7 +27,7 @@ from airflow_lakefence.core.metadata import (
     check_user_metadata,
     decode_metadata,
     encode_metadata,
-    write_set_metadata,
+    output_prefixes_metadata,
 )
 from airflow_lakefence.core.request import normalise_prefixes
 from airflow_lakefence.core.run_branch import (
@@ -53,7 +53,7 @@ from airflow_lakefence.exceptions import (
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
-from airflow_lakefence.task_instances import TaskStateStoreRunState
+from airflow_lakefence.run_state import task_run_state
 
 #: How many times a creation whose answer was lost is settled (read, then tried again).
 CREATE_ROUNDS = 3
@@ -149,7 +149,7 @@ def make_branch_once(
     :raises RunBranchError: when a branch of that name is not this run's.
     """
     ti = context["ti"]
-    state = TaskStateStoreRunState(context)
+    state = task_run_state(context, client, repository, source_branch=source)
     input_commit = pinned_input(state, source)
     if input_commit is None:
         try:
@@ -161,7 +161,7 @@ def make_branch_once(
     recorded = RunBranchRecord.of(state.get(RECORD_KEY)) == record
     decision, why = create_or_find(client, repository, name, input_commit, recorded, (ti.dag_id, ti.run_id))
     if not recorded:
-        state.set(RECORD_KEY, record.to_dict())
+        state.create(RECORD_KEY, record.to_dict())
     log.info("Branch %s@%s (%s): %s", repository, name, decision, why)
     return input_commit, decision
 
@@ -327,7 +327,7 @@ class LakeFSPublishRunOperator(FencedPublishOperatorBase):
         metadata = {
             **check_user_metadata(self.commit_metadata),
             **encode_metadata(record),
-            **write_set_metadata(scope.write if scope is not None else ()),
+            **output_prefixes_metadata(scope.output_prefixes if scope is not None else ()),
         }
         message = self.commit_message or f"lakefence: stage run branch {self.run_branch}"
         for _round in range(CREATE_ROUNDS):

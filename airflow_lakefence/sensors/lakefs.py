@@ -8,8 +8,8 @@ from typing import Any
 from airflow_lakefence.core.run_state import pin_input, pinned_input
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.links import LakeFSSensorCommitLink
+from airflow_lakefence.run_state import task_run_state
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
-from airflow_lakefence.task_instances import TaskStateStoreRunState
 from airflow_lakefence.triggers.lakefs import LakeFSCommitTrigger, LakeFSFileTrigger
 from airflow_lakefence.triggers.probes import probe_new_commit, probe_object
 
@@ -84,10 +84,11 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
         """
         if not self.since_ref:
             # Resolved once per run: a reschedule or a retry waits from the same commit.
-            state = TaskStateStoreRunState(context)
+            repository = _required(self.repository, "repository")
+            state = task_run_state(context, self.client, repository, source_branch=self.branch)
             self.since_ref = pinned_input(state, self.branch)
             if self.since_ref is None:
-                self.since_ref = self.client.get_commit(_required(self.repository, "repository"), self.branch).id
+                self.since_ref = self.client.get_commit(repository, self.branch).id
                 pin_input(state, self.branch, self.since_ref)
             self.log.info("Waiting for %s to move from %s", self.branch, self.since_ref)
         return super().execute(context)
