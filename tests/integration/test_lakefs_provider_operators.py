@@ -12,6 +12,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.run_branch import PROVIDER_DAG_ID_KEY, PROVIDER_RUN_ID_KEY, PROVIDER_TASK_ID_KEY
+from airflow_lakefence.run_state import RUN_STATE_BRANCH
 from tests.conftest import load_dag_module
 from tests.integration.helpers import read_text, ti_state, xcoms
 from tests.integration.test_output_correctness import clear_and_rerun
@@ -94,6 +95,9 @@ def test_a_lost_answer_is_recognised_as_this_tasks_write(
     pdags: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any, operation: str
 ) -> None:
     repo, input_commit = seeded
+    # The run state's branch exists (it does after a repository's first record), so the dropped
+    # createBranch is the task's own.
+    repo.branch(RUN_STATE_BRANCH).create("main", hidden=True)
     lakefence_controls.reset_counts()
     lakefence_controls.add_fault(operation, drop=True, when="after")
     dr = pdags.workflow_dag.test(run_conf={"repository": repo.id})

@@ -15,17 +15,20 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence.run_state import RUN_STATE_BRANCH
 from tests.conftest import load_dag_module
 
 pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lakefs_conn")]
 
-#: The run branch: the input resolved once, the branch made from it.
-RUN_BRANCH = {"getCommit": 1, "createBranch": 1}
-#: One fenced task publishing one workspace file by a merge (the cost contract's merge row, plus the upload).
+#: The run branch: the input resolved once, its pin and the branch's record written to the run state
+#: (one uploadObject each: airflow_lakefence.run_state), the branch made from it.
+RUN_BRANCH = {"getCommit": 1, "createBranch": 1, "uploadObject": 2}
+#: One fenced task publishing one workspace file by a merge (the cost contract's merge row, plus the
+#: upload, plus two run-state records: the pin of its input branch and the publication it reports).
 FENCED_TASK = {
     "getCommit": 3,
     "createBranch": 1,
-    "uploadObject": 1,
+    "uploadObject": 3,
     "commit": 1,
     "mergeIntoBranch": 1,
     "deleteBranch": 1,
@@ -36,6 +39,7 @@ FENCED_TASK = {
 #: of the fenced task's count) and reads the staging branch's HEAD, which carries this attempt's record.
 RUN_PUBLICATION = {
     "getCommit": 5,
+    "uploadObject": 1,  # the run-state record of the publication (its input is a commit id: no pin)
     "createBranch": 1,
     "findMergeBase": 1,
     "mergeIntoBranch": 2,
@@ -48,6 +52,7 @@ def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
     seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, _input_commit = seeded
+    repo.branch(RUN_STATE_BRANCH).create("main", hidden=True)  # as after the repository's first record
     dags = load_dag_module("testdags/run_branch_dags.py")
     dag = dags.run_dag
     steps: dict[str, Counter[str]] = {}
@@ -72,5 +77,6 @@ def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
     marks = [steps["run_branch"], steps["write"], steps["publish"], end]
     cost = {t: dict(marks[i + 1] - marks[i]) for i, t in enumerate(tasks)}
     assert cost == {"run_branch": RUN_BRANCH, "write": FENCED_TASK, "publish": RUN_PUBLICATION}, cost
-    fenced, run = sum(FENCED_TASK.values()) - 1, sum(RUN_PUBLICATION.values())  # the upload aside
+    # The data upload and the run-state records aside: the fenced protocol's calls.
+    fenced, run = sum(FENCED_TASK.values()) - 3, sum(RUN_PUBLICATION.values()) - 1
     assert (fenced, run) == (7, 11)
