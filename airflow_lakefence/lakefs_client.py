@@ -304,6 +304,7 @@ class LakeFSClient(ObjectsMixin):
         metadata: Mapping[str, str],
         *,
         squash: bool = False,
+        allow_empty: bool = False,
     ) -> str:
         """Merge ``source_ref`` into branch ``destination``; return the merge commit id.
 
@@ -314,11 +315,15 @@ class LakeFSClient(ObjectsMixin):
         :param metadata: the merge commit metadata.
         :param squash: record only the destination as the commit's parent (lakeFS's ``squash_merge``):
             one commit holding the source's changes.
+        :param allow_empty: merge even when the source brings no change (lakeFS's ``allow_empty``): a
+            replacement whose staged tree equals the publication it replaces still records itself.
         :raises LakeFSError: on failure; :class:`LakeFSUnavailableError` when the outcome is unknown.
         """
         merge = Merge(message=message, metadata=dict(metadata))  # type: ignore[call-arg]
         if squash:
             merge.squash_merge = True
+        if allow_empty:
+            merge.allow_empty = True
         result = self._call(
             "merge",
             f"{source_ref!r} into {destination!r} in {repository!r}",

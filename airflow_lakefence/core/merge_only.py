@@ -160,7 +160,7 @@ def replace_by_merge(
     :raises LakeFSError: from the adapter; the final merge's 412 is the hard fence's (the target moved).
     """
     unwind = unwind_ref(head.commit_id, head.first_parent, head.metadata, input_commit)
-    final: Send = send or (lambda source, link: port.merge(repository, source, target, message, link))
+    final: Send = send or (lambda source, link: port.merge(repository, source, target, message, link, allow_empty=True))
 
     def publish(source: str, next_unwind: str | None) -> str:
         link = {**metadata, **expected_head_metadata(head.commit_id), **link_metadata(head.commit_id, next_unwind)}

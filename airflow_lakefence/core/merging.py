@@ -49,7 +49,16 @@ class TargetMerge:
         self.lakefs = lakefs
         self.request = request
 
-    def send(self, attempt: AttemptId, staging: str, source: str, metadata: Mapping[str, str], head: HeadState) -> str:
+    def send(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        source: str,
+        metadata: Mapping[str, str],
+        head: HeadState,
+        *,
+        allow_empty: bool = False,
+    ) -> str:
         """Merge ``source`` into the target; lakeFS's refusals become what they mean for the protocol.
 
         :param attempt: this attempt.
@@ -57,13 +66,17 @@ class TargetMerge:
         :param source: the ref to merge.
         :param metadata: the merge's metadata.
         :param head: the target's HEAD the merge is built on (for messages).
+        :param allow_empty: merge even when ``source`` brings no change (a replacement's last merge).
         :return: the merge commit id.
         :raises PublishFenceError: (or a subclass) when nothing was merged.
         :raises LakeFSUnavailableError: when the outcome is unknown.
         """
         repo, target = self.request.repository, self.request.target_branch
         try:
-            return self.lakefs.merge(repo, source, target, self.request.message(ROLE_PUBLISH, attempt), metadata)
+            message = self.request.message(ROLE_PUBLISH, attempt)
+            if allow_empty:
+                return self.lakefs.merge(repo, source, target, message, metadata, allow_empty=True)
+            return self.lakefs.merge(repo, source, target, message, metadata)
         except LakeFSHookRejectedError as exc:
             raise self.rejection(exc, head, staging) from exc
         except LakeFSConflictError as exc:

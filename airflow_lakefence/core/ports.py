@@ -86,9 +86,17 @@ class LakeFSPort(Protocol):
         ...
 
     def merge(
-        self, repository: str, source_ref: str, destination: str, message: str, metadata: Mapping[str, str]
+        self,
+        repository: str,
+        source_ref: str,
+        destination: str,
+        message: str,
+        metadata: Mapping[str, str],
+        *,
+        allow_empty: bool = False,
     ) -> str:
-        """Merge ``source_ref`` into ``destination``; return the merge commit id."""
+        """Merge ``source_ref`` into ``destination``; return the merge commit id (``allow_empty``: even
+        when the trees are equal)."""
         ...
 
     def hard_reset(self, repository: str, branch: str, ref: str) -> None:

@@ -447,7 +447,8 @@ class BranchPublish:
                 temp_branch=temp_branch_name(staging),
                 message=self.request.message(ROLE_PUBLISH, attempt),
                 metadata=metadata,
-                send=lambda source, link: self.merging.send(attempt, staging, source, link, head),
+                # A staged tree equal to the replaced publication's still needs its own merge commit.
+                send=lambda source, link: self.merging.send(attempt, staging, source, link, head, allow_empty=True),
             )
         except LakeFSHookRejectedError as exc:
             raise self.merging.rejection(exc, head, staging) from exc

@@ -260,14 +260,16 @@ class ScopedPublish:
         *,
         probed: str | None,
         staged: str,
+        allow_empty: bool = False,
     ) -> str:
         """Merge ``source`` into the target naming ``base`` and the scope (the hard fence's check); verify.
 
         :param probed: the HEAD the scan probed; ``None`` when nothing was probed (the hard fence's first send).
         :param staged: the staged commit the merge brings in (named by a take-back).
+        :param allow_empty: merge even when ``source`` brings no change (a replacement's last merge).
         """
         metadata = {**record, **self.scope.merge_metadata(base)}
-        merge_ref = self.merging.send(attempt, staging, source, metadata, HeadState(probed or base))
+        merge_ref = self.merging.send(attempt, staging, source, metadata, HeadState(probed or base), allow_empty=allow_empty)
         failpoints.hit("after_publish_action")
         if not self.fence.intact:
             self._verify(self.lakefs.get_commit(self.repo, merge_ref), base, probed or base, staged, staging)
@@ -386,7 +388,7 @@ class ScopedPublish:
             staged_commit=staged,
             message=self.request.message(ROLE_PUBLISH, attempt),
             publish=lambda source, _link: self._merge(
-                attempt, staging, source, head.commit_id, record, probed=head.commit_id, staged=staged
+                attempt, staging, source, head.commit_id, record, probed=head.commit_id, staged=staged, allow_empty=True
             ),
             on_delete_error=deleted_later,
         )
