@@ -18,6 +18,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
+#: ``<failpoint>:<parties>:<directory>``: the run waits at that failpoint until every party has reached it.
+BARRIER_ENV = "LAKEFENCE_TEST_BARRIER"
+
+
+def meet_the_others(spec: str) -> None:
+    """Arm the failpoint of ``spec`` (see :data:`BARRIER_ENV`) with a barrier across processes (files)."""
+    import os
+    import time
+
+    from airflow_lakefence import failpoints
+
+    point, parties, directory = spec.split(":", 2)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def wait() -> None:
+        (folder / str(os.getpid())).touch()
+        deadline = time.monotonic() + 300
+        while len(list(folder.iterdir())) < int(parties):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the other runs never reached {point}")
+            time.sleep(0.1)
+
+    failpoints.arm(point, wait)
+
 
 def main(path: str, logical_date: str, attribute: str = "dag", run_conf: str | None = None) -> dict[str, Any]:
     """Run the DAG of ``path`` for ``logical_date``; return its outcome.
@@ -27,11 +52,15 @@ def main(path: str, logical_date: str, attribute: str = "dag", run_conf: str | N
     :param attribute: the module attribute holding the DAG.
     :param run_conf: the run's conf, as JSON.
     """
+    import os
+
     import pendulum
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
+    if os.environ.get(BARRIER_ENV):
+        meet_the_others(os.environ[BARRIER_ENV])
     spec = importlib.util.spec_from_file_location(f"lakefence_dag_{Path(path).stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

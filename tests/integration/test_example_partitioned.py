@@ -20,6 +20,7 @@ from lakefs.exceptions import NotFoundException
 
 from airflow_lakefence.core.metadata import decode_metadata
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
+from tests.integration.dag_test_process import BARRIER_ENV
 from tests.integration.helpers import staging_branches
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "lakefs_conn"), pytest.mark.scoped]
@@ -51,16 +52,24 @@ def run_dates_at_once(
     *,
     attribute: str = "dag",
     confs: tuple[dict[str, Any], ...] | None = None,
+    meet_at: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``dag_file``'s DAG (the module's ``attribute``) under ``dag.test()`` for every date at once,
     one process each (see tests/integration/dag_test_process.py), each date with its run conf from
-    ``confs``; their outcomes, in order."""
+    ``confs``; their outcomes, in order. ``meet_at``: a failpoint where every run waits for the others
+    (so they overlap there however long each process took to start)."""
     database = Path(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))
+    meeting = {} if meet_at is None else {BARRIER_ENV: f"{meet_at}:{len(dates)}:{tmp_path / 'barrier'}"}
     procs = []
     for n, day in enumerate(dates):
         copy = tmp_path / f"airflow-{n}.db"
         shutil.copyfile(database, copy)
-        env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{copy}", "PYTHONPATH": str(REPO)}
+        env = {
+            **os.environ,
+            **meeting,
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{copy}",
+            "PYTHONPATH": str(REPO),
+        }
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "tests.integration.dag_test_process", str(dag_file), day]
@@ -113,7 +122,10 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
 
     # A backfill: every date's run started together (what max_active_runs=8 lets the scheduler do),
     # each dag.test() in its own process with its own copy of the migrated metadata DB.
-    runs = run_dates_at_once(DAGS_FOLDER / "examples" / "example_partitioned_publish.py", DATES, tmp_path)
+    # They meet after their jobs (each pinned main as its input before), then publish in any order.
+    runs = run_dates_at_once(
+        DAGS_FOLDER / "examples" / "example_partitioned_publish.py", DATES, tmp_path, meet_at="after_job"
+    )
     assert [r["state"] for r in runs] == ["success"] * len(DATES), [r["state"] for r in runs]
 
     repo = example_repo
