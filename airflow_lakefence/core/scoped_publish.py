@@ -269,7 +269,8 @@ class ScopedPublish:
         :param allow_empty: merge even when ``source`` brings no change (a replacement's last merge).
         """
         metadata = {**record, **self.scope.merge_metadata(base)}
-        merge_ref = self.merging.send(attempt, staging, source, metadata, HeadState(probed or base), allow_empty=allow_empty)
+        head = HeadState(probed or base)
+        merge_ref = self.merging.send(attempt, staging, source, metadata, head, allow_empty=allow_empty)
         failpoints.hit("after_publish_action")
         if not self.fence.intact:
             self._verify(self.lakefs.get_commit(self.repo, merge_ref), base, probed or base, staged, staging)

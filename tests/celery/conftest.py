@@ -37,6 +37,10 @@ STACK_SETTINGS = {
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
     # The supervisor's heartbeat, which also delivers clears and marks as a kill (the default).
     "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "5",
+    # A task a killed worker had taken but not yet started stays "queued", where no heartbeat
+    # timeout applies: the scheduler re-queues it after this many seconds (default 600, longer than
+    # the scenarios wait).
+    "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
 }
 
 #: Figures the scenarios measured (not asserted), printed in the terminal summary by tests/conftest.py.

@@ -67,7 +67,8 @@ def test_records_survive_every_try_and_a_first_try_reads_nothing(
     assert recorded_evidence(retry) == {}
     assert calls(lakefence_controls) == {"listObjects": 1}
     # Another task instance's records are its own.
-    assert pinned_input(state(client, lakefence_repo, key=PublicationKey("dag", "manual__1", "other", -1)), "main") is None
+    other = PublicationKey("dag", "manual__1", "other", -1)
+    assert pinned_input(state(client, lakefence_repo, key=other), "main") is None
 
 
 def test_the_latest_reported_publication_counts(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
@@ -144,7 +145,9 @@ def test_records_are_readable_for_operators(client: LakeFSClient, lakefence_repo
     assert paths == [run_state_prefix(KEY) + pin_key("release")]
 
 
-def test_a_missing_repository_is_not_an_empty_run_state(client: LakeFSClient, lakefence_repo: lakefs.Repository) -> None:
+def test_a_missing_repository_is_not_an_empty_run_state(
+    client: LakeFSClient, lakefence_repo: lakefs.Repository
+) -> None:
     missing = LakeFSRunState(client, "no-such-repository-x1", KEY, source_branch="main", fresh=False)
     with pytest.raises(LakeFSRepositoryNotFoundError):
         missing.get(pin_key("main"))
