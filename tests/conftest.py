@@ -138,6 +138,18 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+#: Test modules that run the example DAGs on the session's lakeFS: they share the examples' repository
+#: (``example-repo``), which each deletes and seeds again, so no two of them may run at once.
+SHARED_EXAMPLE_REPOSITORY = frozenset(
+    {
+        "test_examples.py",
+        "test_example_python.py",
+        "test_example_partitioned.py",
+        "test_example_branch_per_run.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (what ``tox -e py`` runs, two workers).
 
@@ -148,7 +160,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Tries first: xdist reads the marks in its own collection hook.
     """
     for item in items:
-        if any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
+        if item.path.name in SHARED_EXAMPLE_REPOSITORY:
+            group = "example-repo"  # one after the other: each recreates the examples' repository
+        elif any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
             group = "slow-tiers"
         else:
             backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefence_backend", "none")

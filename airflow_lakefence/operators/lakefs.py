@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator
 
 from airflow_lakefence.core.run_branch import provider_metadata, written_by_task
 from airflow_lakefence.exceptions import (

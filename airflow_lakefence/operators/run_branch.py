@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, XComArg
+from airflow.providers.common.compat.sdk import BaseOperator, XComArg
 
 from airflow_lakefence.core.locations import AttemptLocations
 from airflow_lakefence.core.metadata import (

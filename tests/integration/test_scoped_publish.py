@@ -295,7 +295,7 @@ def test_three_writers_of_one_partition_with_their_own_file_names_exactly_one_ou
             branch="main",
             scope=None,
             staging_prefix="lakefence",
-            write_prefixes=(day(1),),
+            output_prefixes=(day(1),),
         )
         assert (judged.verdict.value, judged.head, judged.publication) == ("settled", latest.id, winner_out)
 
