@@ -137,7 +137,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
 
 
-@pytest.hookimpl(tryfirst=True)
 #: Test modules that run the example DAGs on the session's lakeFS: they share the examples' repository
 #: (``example-repo``), which each deletes and seeds again, so no two of them may run at once.
 SHARED_EXAMPLE_REPOSITORY = frozenset(
@@ -150,6 +149,7 @@ SHARED_EXAMPLE_REPOSITORY = frozenset(
 )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (what ``tox -e py`` runs, two workers).
 
