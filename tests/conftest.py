@@ -160,9 +160,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Tries first: xdist reads the marks in its own collection hook.
     """
     for item in items:
-        if item.path.name in SHARED_EXAMPLE_REPOSITORY:
-            group = "example-repo"  # one after the other: each recreates the examples' repository
-        elif any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
+        if item.path.name in SHARED_EXAMPLE_REPOSITORY or any(
+            item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS
+        ):
+            # The examples' modules too: each recreates example-repo, and some run Spark.
             group = "slow-tiers"
         else:
             backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefence_backend", "none")
