@@ -160,10 +160,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Tries first: xdist reads the marks in its own collection hook.
     """
     for item in items:
-        if item.path.name in SHARED_EXAMPLE_REPOSITORY or any(
-            item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS
-        ):
-            # The examples' modules too: each recreates example-repo, and some run Spark.
+        if item.path.name in SHARED_EXAMPLE_REPOSITORY:
+            # One after the other, Spark examples included: each recreates example-repo.
+            group = "example-repo"
+        elif any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
             group = "slow-tiers"
         else:
             backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefence_backend", "none")
