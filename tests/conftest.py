@@ -149,6 +149,20 @@ SHARED_EXAMPLE_REPOSITORY = frozenset(
 )
 
 
+@pytest.fixture(autouse=True)
+def _one_user_of_the_example_repository(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests of the example modules hold a lock across xdist workers while they run: each deletes
+    and seeds ``example-repo`` again on the session's lakeFS."""
+    if request.node.path.name not in SHARED_EXAMPLE_REPOSITORY:
+        yield
+        return
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "lakefence-example-repo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (what ``tox -e py`` runs, two workers).

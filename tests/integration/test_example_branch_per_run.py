@@ -8,17 +8,38 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import lakefs
 import pytest
+from lakefs.exceptions import NotFoundException
 
 from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
 from tests.integration.helpers import read_text, staging_branches, xcoms
 from tests.integration.test_examples import _demo_module
 
-pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lakefs_conn")]
+pytestmark = [
+    pytest.mark.run_branch,
+    pytest.mark.usefixtures("airflow_db", "lakefs_conn", "fresh_example_repository"),
+]
+
+
+@pytest.fixture
+def fresh_example_repository(lakefence_client: lakefs.Client) -> Iterator[None]:
+    """The examples' repository, deleted before and after: the other example tests seed it anew."""
+    repo = lakefs.Repository("example-repo", client=lakefence_client)
+
+    def delete() -> None:
+        try:
+            repo.delete()
+        except NotFoundException:
+            pass
+
+    delete()
+    yield
+    delete()
 
 EXAMPLE = "examples/example_branch_per_run.py"
 MARKER = "lakefence_branch_per_run_example"
