@@ -245,3 +245,19 @@ def _host_port(endpoint: str) -> str:
     parsed = urllib.parse.urlsplit(endpoint)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return f"{parsed.hostname}:{port}"
+
+
+class LakeFSHookMixin:
+    """The lazily built hook and client of an operator or sensor with a ``lakefs_conn_id``."""
+
+    lakefs_conn_id: str
+
+    @cached_property
+    def hook(self) -> LakeFSHook:
+        """The lakeFS hook, built on first use."""
+        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
+
+    @property
+    def client(self) -> LakeFSClient:
+        """The lakeFS client adapter of :attr:`hook`."""
+        return self.hook.client

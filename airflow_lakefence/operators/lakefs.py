@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
@@ -34,8 +33,7 @@ from airflow_lakefence.exceptions import (
     LakeFSNotFoundError,
     LakeFSUnavailableError,
 )
-from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 from airflow_lakefence.operators.run_branch import make_branch_once
 
 __all__ = [
@@ -53,7 +51,7 @@ __all__ = [
 WRITE_ROUNDS = 3
 
 
-class _LakeFSOperator(BaseOperator):
+class _LakeFSOperator(LakeFSHookMixin, BaseOperator):
     """What the provider-compatible operators share: the connection and the client."""
 
     ui_color = "#f4a460"
@@ -63,15 +61,6 @@ class _LakeFSOperator(BaseOperator):
         self.lakefs_conn_id = lakefs_conn_id
         self.repo = repo
 
-    @cached_property
-    def hook(self) -> LakeFSHook:
-        """The lakeFS hook, built on first use."""
-        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
-
-    @property
-    def client(self) -> LakeFSClient:
-        """The lakeFS client adapter of :attr:`hook`."""
-        return self.hook.client
 
 
 class _RecordedWriteOperator(_LakeFSOperator):

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, BaseSensorOperator, PokeReturnValue
 
 from airflow_lakefence import exceptions
 from airflow_lakefence.exceptions import LakeFenceError
-from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 from airflow_lakefence.triggers.lakefs import LakeFSPollingTrigger
 
 
@@ -23,7 +21,7 @@ def _error_class(name: object) -> type[LakeFenceError]:
     return LakeFenceError
 
 
-class LakeFSBaseSensor(BaseSensorOperator):
+class LakeFSBaseSensor(LakeFSHookMixin, BaseSensorOperator):
     """A sensor whose every poke is one bounded probe, in poke, reschedule or deferrable mode.
 
     With ``deferrable=True`` the sensor probes once in the worker and, unless already satisfied,
@@ -41,15 +39,6 @@ class LakeFSBaseSensor(BaseSensorOperator):
         self.lakefs_conn_id = lakefs_conn_id
         self.deferrable = deferrable
 
-    @cached_property
-    def hook(self) -> LakeFSHook:
-        """The lakeFS hook, built on first use."""
-        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
-
-    @property
-    def client(self) -> LakeFSClient:
-        """The lakeFS client adapter of :attr:`hook`."""
-        return self.hook.client
 
     def probe(self) -> tuple[bool, Any]:
         """One probe: ``(done, value)``; subclasses implement it."""
