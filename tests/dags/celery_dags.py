@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator
+from airflow_lakefence.operators import (
+    FencedPythonPublishOperator,
+    FencedSparkPublishOperator,
+    LakeFSResolveRefOperator,
+)
+from airflow_lakefence.operators.run_branch import LakeFSPublishRunOperator, LakeFSRunBranchOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 
 # The one shared factory (tests/dags/dag_factory.py), by path: the dags folder is not a package.
@@ -44,6 +49,7 @@ TARGETS: dict[str, tuple[str, list[str]]] = {
     "lf_cel_backfill": ("lf-cel-backfill", ["main"]),
     "lf_cel_lakefs_restart": ("lf-cel-restart", ["before-merge", "after-merge"]),
     "lf_cel_scoped_backfill": ("lf-cel-scoped", ["main"]),
+    "lf_cel_run_branch_backfill": ("lf-cel-run-branch", ["main"]),
 }
 #: The failpoint each target of lf_cel_lakefs_restart holds at: before the merge is sent, after it landed.
 RESTART_POINTS = {"before-merge": "after_publish_read", "after-merge": "after_publish_action"}
@@ -60,7 +66,7 @@ def date_hold_name(day: str, point: str) -> str:
 
 
 def _hold_date_at_failpoint(context: Any) -> None:
-    """``pre_execute`` of the scoped backfill: hold *any* try of a date at a failpoint until released.
+    """``pre_execute`` of the backfills (scoped, run branch): hold *any* try of a date at a failpoint until released.
 
     ``dag_run.conf["hold_dates"]`` is ``{date: point}`` (one conf serves every run of a backfill).
     A try reaching the point drops ``<stem>.t<try>.held`` and waits until ``<stem>.go`` exists
@@ -205,3 +211,46 @@ with _dag("lf_cel_scoped_backfill", schedule="@daily", end_date=START.add(days=S
         retry_delay=timedelta(seconds=3),
         pre_execute=_hold_date_at_failpoint,
     )
+
+
+# 8. A backfill of a branch per run (docs/howto/branch-per-run.md): each date makes its run branch
+# from main, a fenced Python task writes the date's partition into it, and the run is published into
+# main scoped to that partition, so dates publish side by side. No pool, no depends_on_past.
+_repo, (_target,) = TARGETS["lf_cel_run_branch_backfill"]
+#: How many dates the run-branch backfill covers, from START.
+RUN_BRANCH_DAYS = 8
+
+
+def _write_partition(lakefence: Any, ti: Any, ds: str) -> None:
+    """The run's task: the date's partition, one file named after the try (two tries stacked show as two)."""
+    assert lakefence.workspace is not None
+    part = lakefence.workspace / f"tables/daily/date={ds}/part-t{ti.try_number}.txt"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_text(f"{ds} {ti.run_id}")
+
+
+with _dag("lf_cel_run_branch_backfill", schedule="@daily", end_date=START.add(days=RUN_BRANCH_DAYS - 1)):
+    # A worker that dies takes its tries with it; their retries run on either worker.
+    _retries = {"retries": 3, "retry_delay": timedelta(seconds=2)}
+    _branch = LakeFSRunBranchOperator(task_id="run_branch", repository=_repo, source_ref=_target, **_retries)
+    _write = FencedPythonPublishOperator(
+        task_id="write",
+        python_callable=_write_partition,
+        repository=_repo,
+        target_branch=_branch.output,
+        input_ref=_branch.output,
+        **_retries,
+    )
+    LakeFSPublishRunOperator(
+        task_id="publish",
+        repository=_repo,
+        run_branch=_branch.output,
+        target_branch=_target,
+        input_ref=_branch.input_commit,
+        fence_scope="prefixes",
+        output_prefixes=["tables/daily/date={{ ds }}/"],
+        commit_message="publish {{ ds }} {{ run_id }}",
+        commit_metadata={"logical_date": "{{ ds }}"},
+        pre_execute=_hold_date_at_failpoint,
+        **_retries,
+    ).set_upstream(_write)
