@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_lakefence.operators import FencedPythonPublishOperator
+from airflow_lakefence.operators import FencedPythonPublishOperator, LakeFSStagingCleanupOperator
 from airflow_lakefence.operators.run_branch import LakeFSPublishRunOperator, LakeFSRunBranchOperator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dag_factory import failure_recording_dag
+from dag_factory import failure_recording_dag, manual_dag
 
 #: (dag_id, try_number) -> the exception a failed try raised; read by the tests.
 FAILURES: dict[tuple[str, int], BaseException] = {}
@@ -74,4 +74,13 @@ with failure_recording_dag("lf_run_branch_mapped", FAILURES) as mapped_dag:
     # One run branch per map index: the same template, the same input, two branches.
     LakeFSRunBranchOperator.partial(task_id="run_branch", repository=REPO, run_branch="part-{{ run_id }}").expand(
         source_ref=["main", "main"]
+    )
+
+with manual_dag("lf_run_branch_clean") as clean_dag:
+    # The staging-branch cleaner, told about the run's fenced steps (their unstaged branches' names
+    # alone do not say whose they are).
+    LakeFSStagingCleanupOperator(
+        task_id="clean",
+        repository=REPO,
+        publishers=[{"dag_id": "lf_run_branch_once", "task_id": task} for task in ("write", "publish")],
     )

@@ -309,6 +309,72 @@ def test_the_abandoned_sensor_recognises_an_abandoned_run_publication(
     assert head.metadata[RUN_BRANCH_METADATA_KEY] == xcoms(dr, "run_branch")["return_value"]
 
 
+def test_the_abandoned_sensor_and_the_cleaner_understand_run_branches(
+    rdags: Any, sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
+) -> None:
+    """Two runs whose task inside the run died, no retry: the abandoned-publication sensor watching a
+    run branch names the dead task's publication there; the cleaner deletes the dead attempt's
+    staging branch made from a run branch, keeps the one that may be evidence, and never touches a
+    run branch."""
+    repo, input_commit = seeded
+
+    def die_leaving_the_staging_branch(point: str) -> None:
+        def die() -> None:
+            lakefence_controls.add_fault("deleteBranch", status=500)  # its own clean-up fails too
+            raise RuntimeError(f"worker died at {point}")
+
+        failpoints.arm(point, die)
+
+    # Run A: the write dies during its job (nothing staged). Run B: right after publishing into its run branch.
+    die_leaving_the_staging_branch("after_job")
+    run_a = run(rdags.once_dag, conf(repo))
+    failpoints.disarm_all()
+    die_leaving_the_staging_branch("after_verify")
+    run_b = run(rdags.once_dag, conf(repo))
+    failpoints.disarm_all()
+    assert run_a.state == run_b.state == "failed"
+    assert tries(run_a)["write"] == tries(run_b)["write"] == ("failed", 1)
+    assert tries(run_b)["publish"][0] == "upstream_failed"
+    branch_a, branch_b = (xcoms(dr, "run_branch")["return_value"] for dr in (run_a, run_b))
+    head_a, head_b = (repo.branch(b).get_commit() for b in (branch_a, branch_b))
+    assert head_a.id == input_commit  # run A's write never published
+    record_b = decode_metadata(head_b.metadata)
+    assert record_b is not None and (record_b.role, record_b.attempt.key.run_id) == ("publish", run_b.run_id)
+    assert repo.branch("main").get_commit().id == input_commit
+    left = staging_branches(repo)
+    assert len(left) == 2
+
+    # The sensor watching run B's branch: its HEAD is the dead write's publication, abandoned.
+    watch = {"repository": repo.id, "branch": branch_b, "publisher_dag_id": "lf_run_branch_once"}
+    sensed = run(sensors.detect_dag, {**watch, "publisher_task_id": "write"})
+    assert sensed.state == "success"
+    found = xcoms(sensed, "sense")["return_value"]
+    assert (found["verdict"], found["head"], found["run_id"], found["task_id"], found["state"]) == (
+        "abandoned",
+        head_b.id,
+        run_b.run_id,
+        "write",
+        "failed",
+    )
+
+    # The cleaner: run A's dead unstaged branch (made from run A's branch) deleted; run B's staged one
+    # kept (unmarked, its task failed: it may be evidence); the run branches are not staging branches.
+    cleaned = run(rdags.clean_dag, {"repository": repo.id})
+    assert cleaned.state == "success"
+    result = xcoms(cleaned, "clean")["return_value"]
+    deleted = {e["branch"]: e for e in result["deleted"]}
+    kept = {e["branch"]: e for e in result["kept"]}
+    assert sorted([*deleted, *kept]) == sorted(left)
+    ((gone_branch, entry),) = deleted.items()
+    assert (entry["run_id"], entry["task_id"], entry["head"]) == (run_a.run_id, "write", input_commit)
+    ((kept_branch, kept_entry),) = kept.items()
+    assert (kept_entry["run_id"], kept_entry["task_id"]) == (run_b.run_id, "write")
+    assert "staged but not marked" in kept_entry["reason"]
+    assert staging_branches(repo) == [kept_branch] and gone_branch not in staging_branches(repo)
+    assert [repo.branch(b).get_commit().id for b in (branch_a, branch_b)] == [head_a.id, head_b.id]
+    assert repo.branch("main").get_commit().id == input_commit
+
+
 @pytest.fixture
 def fenced_main(seeded: tuple[lakefs.Repository, str], lakefence_server: Any) -> tuple[lakefs.Repository, str]:
     """``seeded`` with the hard fence installed on ``main``; returns (repo, main's HEAD: the run's input)."""
