@@ -18,6 +18,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+
+def copy_metadata_db(database: Path, copy: Path) -> None:
+    """Copy the live SQLite metadata DB ``database`` to ``copy`` through SQLite's backup API.
+
+    Not with a plain file copy: closing any descriptor of the database file drops every POSIX lock
+    this process holds on it (SQLite's own connections included), so the next process to close its
+    connection believes it is the last one, checkpoints and deletes the -wal and -shm files under this
+    process's open connections, and every later query here fails with "disk I/O error". The backup API
+    opens the file through SQLite, which keeps such descriptors open while it holds locks, and copies
+    what the WAL holds too.
+
+    :param database: the metadata DB of this process (SQLite, WAL mode).
+    :param copy: where the copy goes (replaced).
+    """
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
+        source.backup(target)
+
+
 #: ``<failpoint>:<parties>:<directory>``: the run waits at that failpoint until every party has reached it.
 BARRIER_ENV = "LAKEFENCE_TEST_BARRIER"
 

@@ -7,7 +7,6 @@ import importlib.util
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from lakefs.exceptions import NotFoundException
 
 from airflow_lakefence.core.metadata import decode_metadata
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
-from tests.integration.dag_test_process import BARRIER_ENV
+from tests.integration.dag_test_process import BARRIER_ENV, copy_metadata_db
 from tests.integration.helpers import staging_branches
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "lakefs_conn"), pytest.mark.scoped]
@@ -63,7 +62,7 @@ def run_dates_at_once(
     procs = []
     for n, day in enumerate(dates):
         copy = tmp_path / f"airflow-{n}.db"
-        shutil.copyfile(database, copy)
+        copy_metadata_db(database, copy)
         env = {
             **os.environ,
             **meeting,
