@@ -137,32 +137,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"{key}: {json.dumps(shown)}")
 
 
-#: Test modules that run the example DAGs on the session's lakeFS: they share the examples' repository
-#: (``example-repo``), which each deletes and seeds again, so no two of them may run at once.
-SHARED_EXAMPLE_REPOSITORY = frozenset(
-    {
-        "test_examples.py",
-        "test_example_python.py",
-        "test_example_partitioned.py",
-        "test_example_branch_per_run.py",
-    }
-)
-
-
-@pytest.fixture(autouse=True)
-def _one_user_of_the_example_repository(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Tests of the example modules hold a lock across xdist workers while they run: each deletes
-    and seeds ``example-repo`` again on the session's lakeFS."""
-    if request.node.path.name not in SHARED_EXAMPLE_REPOSITORY:
-        yield
-        return
-    import fcntl
-
-    with open(Path(tempfile.gettempdir()) / "lakefence-example-repo.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (what ``tox -e py`` runs, two workers).
@@ -174,10 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Tries first: xdist reads the marks in its own collection hook.
     """
     for item in items:
-        if item.path.name in SHARED_EXAMPLE_REPOSITORY:
-            # One after the other, Spark examples included: each recreates example-repo.
-            group = "example-repo"
-        elif any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
+        if any(item.get_closest_marker(marker) for marker in ONE_BACKEND_MARKERS):
             group = "slow-tiers"
         else:
             backend = getattr(getattr(item, "callspec", None), "params", {}).get("lakefence_backend", "none")

@@ -8,12 +8,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import lakefs
 import pytest
-from lakefs.exceptions import NotFoundException
 
 from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
@@ -22,33 +20,18 @@ from tests.integration.test_examples import _demo_module
 
 pytestmark = [
     pytest.mark.run_branch,
-    pytest.mark.usefixtures("airflow_db", "lakefs_conn", "fresh_example_repository"),
+    pytest.mark.usefixtures("airflow_db", "lakefs_conn"),
 ]
 
-
-@pytest.fixture
-def fresh_example_repository(lakefence_client: lakefs.Client) -> Iterator[None]:
-    """The examples' repository, deleted before and after: the other example tests seed it anew."""
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
-
-    def delete() -> None:
-        try:
-            repo.delete()
-        except NotFoundException:
-            pass
-
-    delete()
-    yield
-    delete()
 
 EXAMPLE = "examples/example_branch_per_run.py"
 MARKER = "lakefence_branch_per_run_example"
 
 
 def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
-    lakefence_client: lakefs.Client, tmp_path: Path
+    lakefence_client: lakefs.Client, example_repository: str, tmp_path: Path
 ) -> None:
-    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 700, tmp_path)
+    input_commit = _demo_module().seed_events(lakefence_client, example_repository, 700, tmp_path)
     module = load_dag_module(EXAMPLE)
     runner = subprocess.Popen(
         [
@@ -69,7 +52,7 @@ def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
     assert dr.state == "success"
     name = xcoms(dr, "run_branch")["return_value"]
     assert line["state"] == "success" and line["conf"] == {"run_branch": name}
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
+    repo = lakefs.Repository(example_repository, client=lakefence_client)
     # The existing DAG's fenced task published into the run branch, on the run's input.
     run_head = repo.branch(name).get_commit()
     assert run_head.parents[0] == input_commit
@@ -86,13 +69,13 @@ def test_the_wrapper_publishes_what_the_triggered_dag_wrote_into_the_run_branch(
 
 @pytest.mark.spark
 def test_the_spark_job_on_a_run_branch_is_published_once(
-    lakefence_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lakefence_client: lakefs.Client, example_repository: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 2_000, tmp_path)
+    input_commit = _demo_module().seed_events(lakefence_client, example_repository, 2_000, tmp_path)
     dr = load_dag_module(EXAMPLE).spark_dag.test(logical_date=None)
     assert dr.state == "success"
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
+    repo = lakefs.Repository(example_repository, client=lakefence_client)
     name = xcoms(dr, "run_branch")["return_value"]
     assert xcoms(dr, "daily_counts")["decision"] == "merge"
     assert repo.branch(name).get_commit().parents[0] == input_commit

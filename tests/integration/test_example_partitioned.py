@@ -9,13 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import lakefs
 import pytest
-from lakefs.exceptions import NotFoundException
 
 from airflow_lakefence.core.metadata import decode_metadata
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
@@ -30,12 +28,12 @@ ROWS = 700
 TABLE = "tables/events_per_day/"
 
 
-def _seed(client: lakefs.Client, tmp_path: Path) -> str:
+def _seed(client: lakefs.Client, repository: str, tmp_path: Path) -> str:
     spec = importlib.util.spec_from_file_location("lakefence_run_demo", REPO / "dags_examples" / "run_demo.py")
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    return str(demo.seed_events(client, "example-repo", ROWS, tmp_path))
+    return str(demo.seed_events(client, repository, ROWS, tmp_path))
 
 
 def _expected(day: str) -> tuple[int, int]:
@@ -89,24 +87,8 @@ def run_dates_at_once(
     return outcomes
 
 
-@pytest.fixture
-def example_repo(lakefence_client: lakefs.Client) -> Iterator[lakefs.Repository]:
-    """The example's repository, fresh (another example test may have left one in this session)."""
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
-
-    def delete() -> None:
-        try:
-            repo.delete()
-        except NotFoundException:
-            pass
-
-    delete()
-    yield repo
-    delete()
-
-
 def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
-    lakefence_client: lakefs.Client, example_repo: lakefs.Repository, tmp_path: Path
+    lakefence_client: lakefs.Client, example_repository: str, tmp_path: Path
 ) -> None:
     import pandas as pd
 
@@ -117,7 +99,7 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
     publisher = dag.get_task("events_per_day")
     assert publisher.fence_scope == "prefixes" and publisher.input_ref == "main"
     assert publisher.max_active_tis_per_dag is None  # many writers: the dates publish side by side
-    input_commit = _seed(lakefence_client, tmp_path)
+    input_commit = _seed(lakefence_client, example_repository, tmp_path)
 
     # A backfill: every date's run started together (what max_active_runs=8 lets the scheduler do),
     # each dag.test() in its own process with its own copy of the migrated metadata DB.
@@ -127,7 +109,7 @@ def test_a_backfill_of_the_partitioned_example_publishes_every_date_at_once(
     )
     assert [r["state"] for r in runs] == ["success"] * len(DATES), [r["state"] for r in runs]
 
-    repo = example_repo
+    repo = lakefs.Repository(example_repository, client=lakefence_client)
     head = repo.branch("main").get_commit()
     history = {c.id for c in repo.branch("main").log(max_amount=100)}
     outcomes = [r["xcoms"]["events_per_day"] for r in runs]

@@ -16,22 +16,26 @@ from tests.integration.helpers import staging_branches, xcoms
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
 
-def _seed_events(client: Any, tmp_path: Path) -> str:
+def _seed_events(client: Any, repository: str, tmp_path: Path) -> str:
     spec = importlib.util.spec_from_file_location("lakefence_run_demo", REPO / "dags_examples" / "run_demo.py")
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    return str(demo.seed_events(client, "example-repo", 700, tmp_path))
+    return str(demo.seed_events(client, repository, 700, tmp_path))
 
 
-def test_the_pandas_example_publishes_users_per_day(lakefence_client: lakefs.Client, tmp_path: Path) -> None:
+def test_the_pandas_example_publishes_users_per_day(
+    lakefence_client: lakefs.Client, example_repository: str, tmp_path: Path
+) -> None:
     from airflow.models.pool import Pool
 
-    input_commit = _seed_events(lakefence_client, tmp_path)
-    Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
+    input_commit = _seed_events(lakefence_client, example_repository, tmp_path)
+    Pool.create_or_update_pool(
+        f"lakefs_{example_repository}_main", slots=1, description="one writer", include_deferred=False
+    )
     dr = load_dag_module("examples/example_python_publish.py").dag.test(logical_date=None)
     assert dr.state == "success"
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
+    repo = lakefs.Repository(example_repository, client=lakefence_client)
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "users_per_day")
     assert (values["decision"], values["input_ref"], values["output_ref"]) == ("merge", input_commit, head.id)

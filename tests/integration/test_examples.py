@@ -51,13 +51,19 @@ SPARK_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
 
 @pytest.mark.spark
 def test_example_dag_publishes_with_real_pyspark(
-    lakefence_client: lakefs.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    lakefence_client: lakefs.Client,
+    example_repository: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     from airflow.models.pool import Pool
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    input_commit = _demo_module().seed_events(lakefence_client, "example-repo", 2_000, tmp_path)
-    Pool.create_or_update_pool("lakefs_example-repo_main", slots=1, description="one writer", include_deferred=False)
+    input_commit = _demo_module().seed_events(lakefence_client, example_repository, 2_000, tmp_path)
+    Pool.create_or_update_pool(
+        f"lakefs_{example_repository}_main", slots=1, description="one writer", include_deferred=False
+    )
     # Register every DAG (the asset consumer included) as the dag processor would.
     subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
     capfd.readouterr()
@@ -67,7 +73,7 @@ def test_example_dag_publishes_with_real_pyspark(
     assert dr.state == "success"
     assert dr.logical_date is None
 
-    repo = lakefs.Repository("example-repo", client=lakefence_client)
+    repo = lakefs.Repository(example_repository, client=lakefence_client)
     head = repo.branch("main").get_commit()
     values = xcoms(dr, "daily_counts")
     assert values["decision"] == "merge"
@@ -82,7 +88,7 @@ def test_example_dag_publishes_with_real_pyspark(
     assert staging_branches(repo) == []
     counts = xcoms(dr, "report")["return_value"]
     assert sum(counts.values()) == 2_000 and len(counts) == 7
-    assert values["_link_LakeFSCommitLink"].endswith(f"/repositories/example-repo/commits/{head.id}")
+    assert values["_link_LakeFSCommitLink"].endswith(f"/repositories/{example_repository}/commits/{head.id}")
 
     # The fenced task's log: the attempt before the job, spark-submit's output (the provider streams
     # each line into the task log) without Spark's INFO chatter (spark_log_level="WARN" by default,
@@ -119,7 +125,7 @@ def test_example_dag_publishes_with_real_pyspark(
     from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
     from airflow.utils.session import create_session
 
-    uri = "lakefs://example-repo/main/tables/daily_counts"
+    uri = f"lakefs://{example_repository}/main/tables/daily_counts"
     with create_session() as session:
         events = (
             session.query(AssetEvent)
