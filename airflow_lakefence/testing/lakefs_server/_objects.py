@@ -70,10 +70,7 @@ class ObjectsMixin(StoreBase):
         """
         validate_path(path)
         with self.write() as tx:
-            repository = tx.writable_repository(repo, force)
-            if tx.branch_commit(repo, branch) is None:
-                raise errors.not_found(f"branch '{branch}' not found")
-            tx.check_not_protected(repo, branch)
+            repository = tx.writable_branch(repo, branch, force)
             if if_none_match and tx.view_get(repo, tx.resolve(repo, branch), path) is not None:
                 raise errors.ApiError(412, "path already exists")
             entry = tx.add_entry(
@@ -173,10 +170,7 @@ class ObjectsMixin(StoreBase):
         validate_path(dest_path)
         validate_path(src_path)
         with self.write() as tx:
-            repository = tx.writable_repository(repo, force)
-            if tx.branch_commit(repo, branch) is None:
-                raise errors.not_found(f"branch '{branch}' not found")
-            tx.check_not_protected(repo, branch)
+            repository = tx.writable_branch(repo, branch, force)
             found = tx.view_get(repo, tx.resolve(repo, src_ref or branch), src_path)
             if found is None:
                 raise errors.not_found("not found")
