@@ -114,13 +114,10 @@ class StoreBase:
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
-        """Run queries against one consistent snapshot."""
+        """Run queries against one consistent snapshot (rolled back as the connection is pooled again)."""
         with self._connection() as conn:
             conn.execute("BEGIN")
-            try:
-                yield Tx(conn, self)
-            finally:
-                conn.rollback()
+            yield Tx(conn, self)
 
     @contextmanager
     def reading(self, tx: Tx | None) -> Iterator[Tx]:
@@ -136,11 +133,7 @@ class StoreBase:
         """Run a mutation: serialized with every other mutation, committed atomically."""
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield Tx(conn, self)
-            except BaseException:
-                conn.rollback()
-                raise
+            yield Tx(conn, self)  # a failure leaves it uncommitted: rolled back as the connection is pooled again
             conn.commit()
 
     # --- blobs --------------------------------------------------------------------------
