@@ -24,6 +24,29 @@ if TYPE_CHECKING:
 When = Literal["before", "after"]
 
 
+class Tally:
+    """Named counters that threads add to: a proxy's request counts, a store's internal counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name``."""
+        with self._lock:
+            self._counts[name] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """Return the counters as they are now."""
+        with self._lock:
+            return dict(self._counts)
+
+    def clear(self) -> None:
+        """Zero every counter."""
+        with self._lock:
+            self._counts.clear()
+
+
 class _Stats(Protocol):
     def stats(self) -> dict[str, int]: ...
 
@@ -147,7 +170,7 @@ class Controls(_ControlsApi):
 
     def __init__(self, store: Store | _Stats | None = None) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
+        self._counts = Tally()
         self._latency = 0.0
         # Each pending fault with the number of calls to its operation still to come before it fires.
         self._faults: list[tuple[Fault, int]] = []
@@ -155,13 +178,11 @@ class Controls(_ControlsApi):
 
     def counts(self) -> dict[str, int]:
         """Return the number of requests per operationId since the last reset."""
-        with self._lock:
-            return dict(self._counts)
+        return self._counts.snapshot()
 
     def reset_counts(self) -> None:
         """Zero the request counts and the store's internal counters."""
-        with self._lock:
-            self._counts.clear()
+        self._counts.clear()
         if self._store is not None:
             self._store.reset_stats()
 
@@ -207,7 +228,7 @@ class Controls(_ControlsApi):
         fired: list[Fault] = []
         pending: list[tuple[Fault, int]] = []
         with self._lock:
-            self._counts[operation] += 1
+            self._counts.add(operation)
             for fault, remaining in self._faults:
                 if fault.operation == operation:
                     remaining -= 1
