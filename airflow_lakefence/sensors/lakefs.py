@@ -30,7 +30,14 @@ def _one_of(value: str | None, name: str, alias: str | None, alias_name: str) ->
     return result
 
 
-class LakeFSCommitSensor(LakeFSBaseSensor):
+class _CommitIdSensor(LakeFSBaseSensor):
+    """A sensor that returns the commit it saw: the "lakeFS commit" link opens it."""
+
+    ui_color = "#c8e6c9"
+    operator_extra_links = (LakeFSSensorCommitLink(),)
+
+
+class LakeFSCommitSensor(_CommitIdSensor):
     """Wait until a branch's HEAD moves away from ``since_ref``, optionally changing ``prefix``.
 
     Returns the HEAD commit id it saw (XCom ``return_value``): read at that id, not at the branch
@@ -55,8 +62,6 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "since_ref", "prefix")
-    ui_color = "#c8e6c9"
-    operator_extra_links = (LakeFSSensorCommitLink(),)
     trigger_class = LakeFSCommitTrigger
 
     def __init__(
@@ -109,7 +114,7 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
         return head is not None, head
 
 
-class LakeFSFileSensor(LakeFSBaseSensor):
+class LakeFSFileSensor(_CommitIdSensor):
     """Wait until an object (``path``) or anything under a prefix (``prefix``) exists at ``ref``.
 
     Returns the commit id ``ref`` pointed at when the object was found (XCom ``return_value``): the
@@ -133,8 +138,6 @@ class LakeFSFileSensor(LakeFSBaseSensor):
     """
 
     template_fields: Sequence[str] = ("repository", "ref", "path", "prefix")
-    ui_color = "#c8e6c9"
-    operator_extra_links = (LakeFSSensorCommitLink(),)
     trigger_class = LakeFSFileTrigger
 
     def __init__(
