@@ -49,6 +49,18 @@ The hierarchy::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict, Unpack
+
+    class _LakeFSAnswer(TypedDict, total=False):
+        """What :class:`LakeFSError` records of lakeFS's answer: the keywords its subclasses pass on."""
+
+        status: int | None
+        operation: str
+        server_message: str | None
+
 __all__ = [
     "DeltaLogError",
     "DeltaOutputModeError",
@@ -243,18 +255,11 @@ class LakeFSHookRejectedError(LakeFSPreconditionFailedError):
 
     :param message: lakeFS's message (it quotes the hook's error).
     :param run_id: lakeFS's action run id (``lakectl actions runs describe``), if found.
+    :param answer: the rest of lakeFS's answer, as :class:`LakeFSError` takes it.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        operation: str = "",
-        server_message: str | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        super().__init__(message, status=status, operation=operation, server_message=server_message)
+    def __init__(self, message: str, *, run_id: str | None = None, **answer: Unpack[_LakeFSAnswer]) -> None:
+        super().__init__(message, **answer)
         self.run_id = run_id
 
 
@@ -272,17 +277,15 @@ class LakeFSHardFenceRejectedError(LakeFSHookRejectedError):
         self,
         message: str,
         *,
-        status: int | None = None,
-        operation: str = "",
-        server_message: str | None = None,
         run_id: str | None = None,
         found_head: str | None = None,
         expected_head: str | None = None,
         version: int | None = None,
         scope_prefix: str | None = None,
         path: str | None = None,
+        **answer: Unpack[_LakeFSAnswer],
     ) -> None:
-        super().__init__(message, status=status, operation=operation, server_message=server_message, run_id=run_id)
+        super().__init__(message, run_id=run_id, **answer)
         self.found_head = found_head
         self.expected_head = expected_head
         self.version = version

@@ -12,6 +12,7 @@ Nothing here imports Airflow or lakeFS.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
 from airflow_lakefence.core.keys import AttemptId, PublicationKey
@@ -27,6 +28,7 @@ from airflow_lakefence.exceptions import LakeFenceError, PublishFenceError
 MARKER_TRIES = 3
 
 
+@dataclass
 class Evidence:
     """The run's evidence branches as this try knows them, and the clean-up of earlier tries.
 
@@ -38,25 +40,16 @@ class Evidence:
     :param marker_metadata: more metadata for the evidence marker (a scoped attempt's write set).
     """
 
-    def __init__(
-        self,
-        lakefs: LakeFSPort,
-        run_state: RunStatePort,
-        repository: str,
-        staging_prefix: str,
-        log: Log,
-        marker_metadata: Mapping[str, str] | None = None,
-    ) -> None:
-        self.lakefs = lakefs
-        self.run_state = run_state
-        self.repository = repository
-        self.staging_prefix = staging_prefix
-        self.log = log
-        self.marker_metadata = dict(marker_metadata or {})
-        # {branch: error class}; ``None`` when the run state could not be read (then never
-        # reported: the cleaner would take a partial list for the whole).
-        self.known: dict[str, str] | None = {}
-        self._kept: set[str] = set()
+    lakefs: LakeFSPort
+    run_state: RunStatePort
+    repository: str
+    staging_prefix: str
+    log: Log
+    marker_metadata: Mapping[str, str] = field(default_factory=dict)
+    # {branch: error class}; ``None`` when the run state could not be read (then never
+    # reported: the cleaner would take a partial list for the whole).
+    known: dict[str, str] | None = field(default_factory=dict, init=False)
+    _kept: set[str] = field(default_factory=set, init=False)
 
     def kept(self, branch: str) -> bool:
         """Whether this try keeps ``branch`` as evidence.

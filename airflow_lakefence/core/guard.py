@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
@@ -60,6 +61,7 @@ def in_background(fn: Callable[..., T], *args: object) -> Future[T]:
     return future
 
 
+@dataclass
 class AttemptGuard:
     """The attempt fence, lost answers and the publish budget of one attempt.
 
@@ -72,24 +74,14 @@ class AttemptGuard:
     :param deadline: when the task will be killed (on ``clock``), if known.
     """
 
-    def __init__(
-        self,
-        lakefs: LakeFSPort,
-        fence: AttemptFencePort,
-        repository: str,
-        log: Log,
-        clock: Callable[[], float],
-        publish_budget: float | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        self.lakefs = lakefs
-        self.fence = fence
-        self.repository = repository
-        self.log = log
-        self.clock = clock
-        self.publish_budget = publish_budget
-        self.deadline = deadline
-        self._deleted: set[str] = set()
+    lakefs: LakeFSPort
+    fence: AttemptFencePort
+    repository: str
+    log: Log
+    clock: Callable[[], float]
+    publish_budget: float | None = None
+    deadline: float | None = None
+    _deleted: set[str] = field(default_factory=set, init=False)
 
     def ensure_current(self, where: str, staging: str) -> None:
         """The attempt fence: return while this attempt is the current one.

@@ -87,8 +87,13 @@ class _Publishing(NamedTuple):
     input_commit: str
     staged: str
     fence: HardFenceStatus
+    #: the target's HEAD the round decided on
+    head: HeadState
+    #: the publication's metadata, naming the head the merge expects
+    metadata: Mapping[str, str]
 
 
+@dataclasses.dataclass
 class Publisher:
     """Steps 10 and 11 of one attempt, and the hard fence it may rely on.
 
@@ -99,15 +104,15 @@ class Publisher:
     :param job_name: how messages name the job.
     """
 
-    def __init__(
-        self, lakefs: LakeFSPort, request: PublishRequest, guard: AttemptGuard, log: Log, job_name: str
-    ) -> None:
-        self.lakefs = lakefs
-        self.request = request
-        self.guard = guard
-        self.log = log
-        self.job_name = job_name
-        self.merging = TargetMerge(lakefs, request)
+    lakefs: LakeFSPort
+    request: PublishRequest
+    guard: AttemptGuard
+    log: Log
+    job_name: str
+    merging: TargetMerge = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.merging = TargetMerge(self.lakefs, self.request)
 
     # -- the hard fence (docs/hard-fence.md) ---------------------------------------------------
 
@@ -224,6 +229,7 @@ class PublishStrategy(Protocol):
         ...
 
 
+@dataclasses.dataclass
 class BranchPublish:
     """The branch-wide strategy: the decision table on the target's HEAD, acted on (merge, reset or
     merge-only replacement), verified unless lakeFS's hard fence checked it.
@@ -239,41 +245,30 @@ class BranchPublish:
     :param superseded: the successful publication this attempt replaces, if any.
     """
 
-    def __init__(
-        self,
-        lakefs: LakeFSPort,
-        request: PublishRequest,
-        guard: AttemptGuard,
-        log: Log,
-        merging: TargetMerge,
-        fence: HardFenceStatus,
-        job_name: str,
-        early_head: HeadState,
-        superseded: Mapping[str, Any] | None,
-    ) -> None:
-        self.lakefs = lakefs
-        self.request = request
-        self.guard = guard
-        self.log = log
-        self.merging = merging
-        self.fence = fence
-        self.job_name = job_name
-        self.early_head = early_head
-        self.superseded = superseded
+    lakefs: LakeFSPort
+    request: PublishRequest
+    guard: AttemptGuard
+    log: Log
+    merging: TargetMerge
+    fence: HardFenceStatus
+    job_name: str
+    early_head: HeadState
+    superseded: Mapping[str, Any] | None
 
     def publish(
         self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
         changed = staged.id != input_commit
-        metadata = record
 
         def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
             decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
             failpoints.hit("after_publish_read")
             self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence)
-            return decision, self._act(decision, pub, metadata, head)
+            # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
+            metadata = {**record, **expected_head_metadata(head.commit_id)}
+            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence, head, metadata)
+            return decision, self._act(decision, pub)
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
             # Every round reads the target afresh: a write that landed although its answer was lost
@@ -341,76 +336,55 @@ class BranchPublish:
             )
         return decision
 
-    def _act(
-        self,
-        decision: FenceDecision,
-        pub: _Publishing,
-        metadata: Mapping[str, str],
-        head: HeadState,
-    ) -> str:
-        staging, input_commit = pub.staging, pub.input_commit
-        # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
-        metadata = {**metadata, **expected_head_metadata(head.commit_id)}
+    def _act(self, decision: FenceDecision, pub: _Publishing) -> str:
         if decision.action is Action.FAIL_CLOSED:
-            raise PublishFenceError(decision.reason, staging_branch=staging)
+            raise PublishFenceError(decision.reason, staging_branch=pub.staging)
         if decision.action is Action.MERGE:
-            return self._merge(pub, metadata, head)
+            return self._merge(pub)
         if decision.action in (Action.REPLACE, Action.RELOCATE):
             assert decision.output_ref is not None
             if self.request.replace_by_merge:
-                return self._replace_by_merge(pub, metadata, head)
-            return self._reset(decision.output_ref, pub, metadata, head)
+                return self._replace_by_merge(pub)
+            return self._reset(decision.output_ref, pub)
         if decision.action is Action.IDEMPOTENT:
             # A previous round's write landed although its answer was lost.
             assert decision.output_ref is not None
             return decision.output_ref
-        return input_commit  # NOOP
+        return pub.input_commit  # NOOP
 
-    def _merge(
-        self,
-        pub: _Publishing,
-        metadata: Mapping[str, str],
-        head: HeadState,
-    ) -> str:
-        attempt, staging, input_commit, staged, fence = (
-            pub.attempt,
-            pub.staging,
-            pub.input_commit,
-            pub.staged,
-            pub.fence,
-        )
-        client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+    def _merge(self, pub: _Publishing) -> str:
+        attempt, staging, input_commit, staged, fence, head, metadata = pub
         if fence.intact and fence.version is not None:
             # The publication's tree keeps the input's action file: the next attempt that builds on
             # it learns the fence from its metadata, without reading the file.
             metadata = {**metadata, **fence_vouch_metadata(fence.version)}
         merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
         failpoints.hit("after_publish_action")
-        if fence.intact:
-            return merge_ref  # lakeFS checked the first parent before the branch moved
-        merged = client.get_commit(repo, merge_ref)
-        if merged.parents[:1] != (input_commit,):
-            raise PublishRaceError(
-                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not the input "
-                f"{input_commit}: another writer raced the publish; {target!r} left as is",
-                staging_branch=staging,
-            )
+        if not fence.intact:  # else lakeFS checked the first parent before the branch moved
+            self._check_first_parent(merge_ref, input_commit, "the input", staging)
         return merge_ref
 
-    def _reset(
-        self,
-        output_ref: str,
-        pub: _Publishing,
-        metadata: Mapping[str, str],
-        head: HeadState,
-    ) -> str:
+    def _check_first_parent(self, merge_ref: str, expected: str, what: str, staging: str) -> None:
+        """Verify a merge after acting: its first parent is what the round built on.
+
+        :raises PublishRaceError: when another writer moved the target first.
+        """
+        merged = self.lakefs.get_commit(self.request.repository, merge_ref)
+        if merged.parents[:1] != (expected,):
+            raise PublishRaceError(
+                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not {what} {expected}: "
+                f"another writer raced the publish; {self.request.target_branch!r} left as is",
+                staging_branch=staging,
+            )
+
+    def _reset(self, output_ref: str, pub: _Publishing) -> str:
         staging = pub.staging
         client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
         try:
             client.hard_reset(repo, target, output_ref)
         except LakeFSBranchProtectedError:
             self.log.info("%r is protected (no hard reset): replacing by merges", target)
-            return self._replace_by_merge(pub, metadata, head)
+            return self._replace_by_merge(pub)
         failpoints.hit("after_publish_action")
         now = HeadState.of(client.get_commit(repo, target))
         # A commit whose first parent is what was set came after the reset: not a race.
@@ -422,25 +396,13 @@ class BranchPublish:
             )
         return output_ref
 
-    def _replace_by_merge(
-        self,
-        pub: _Publishing,
-        metadata: Mapping[str, str],
-        head: HeadState,
-    ) -> str:
-        attempt, staging, input_commit, staged, fence = (
-            pub.attempt,
-            pub.staging,
-            pub.input_commit,
-            pub.staged,
-            pub.fence,
-        )
-        repo, target = self.request.repository, self.request.target_branch
+    def _replace_by_merge(self, pub: _Publishing) -> str:
+        attempt, staging, input_commit, staged, fence, head, metadata = pub
         try:
             outcome = replace_by_merge(
                 self.lakefs,
-                repository=repo,
-                target=target,
+                repository=self.request.repository,
+                target=self.request.target_branch,
                 head=head,
                 input_commit=input_commit,
                 staged_commit=staged,
@@ -454,11 +416,5 @@ class BranchPublish:
             raise self.merging.rejection(exc, head, staging) from exc
         failpoints.hit("after_publish_action")
         if outcome.calls and not fence.intact:
-            merged = self.lakefs.get_commit(repo, outcome.output_ref)
-            if merged.parents[:1] != (head.commit_id,):
-                raise PublishRaceError(
-                    f"merge commit {outcome.output_ref} has first parent {merged.parents[:1]}, not the replaced "
-                    f"publication {head.commit_id}: another writer raced the publish; {target!r} left as is",
-                    staging_branch=staging,
-                )
+            self._check_first_parent(outcome.output_ref, head.commit_id, "the replaced publication", staging)
         return outcome.output_ref

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import WHAT_TO_DO
@@ -77,6 +78,7 @@ def _publishes(metadata: Mapping[str, str], attempt: AttemptId) -> bool:
     return record is not None and record.role == ROLE_PUBLISH and record.attempt == attempt
 
 
+@dataclass
 class ScopedPublish:
     """One scoped publish (steps 10 and 11): the scoped strategy of the publisher.
 
@@ -89,43 +91,25 @@ class ScopedPublish:
     :param fence: the hard fence's status, as the check before the job left it.
     """
 
-    def __init__(
-        self,
-        lakefs: LakeFSPort,
-        request: PublishRequest,
-        scope: Scope,
-        guard: AttemptGuard,
-        log: Log,
-        merging: TargetMerge,
-        fence: HardFenceStatus = NO_HARD_FENCE,
-    ) -> None:
-        self.lakefs = lakefs
-        self.request = request
-        self.scope = scope
-        self.guard = guard
-        self.log = log
-        self.merging = merging
-        self.repo = request.repository
-        self.target = request.target_branch
-        self.fence = fence
+    lakefs: LakeFSPort
+    request: PublishRequest
+    scope: Scope
+    guard: AttemptGuard
+    log: Log
+    merging: TargetMerge
+    fence: HardFenceStatus = NO_HARD_FENCE
+    repo: str = field(init=False)
+    target: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.repo = self.request.repository
+        self.target = self.request.target_branch
 
     def publish(
-        self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: CommitInfo,
-        record: Mapping[str, str],
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
     ) -> tuple[FenceDecision, str]:
-        """Decide on the target's HEAD within the scope and act; return the decision and the output ref.
-
-        :param attempt: this attempt.
-        :param staging: its staging branch.
-        :param input_commit: the input commit.
-        :param staged: the staged commit.
-        :param record: the publication's metadata (the ``publish`` record and the user's metadata).
-        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
-        """
+        """Decide on the target's HEAD within the scope and act (see
+        :class:`~airflow_lakefence.core.publish.PublishStrategy`)."""
         changed = staged.id != input_commit
 
         def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:

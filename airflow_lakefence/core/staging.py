@@ -57,6 +57,7 @@ class Workspace:
     size: int = 0
 
 
+@dataclass
 class StagingArea:
     """Steps 3 to 7 of one attempt.
 
@@ -70,27 +71,16 @@ class StagingArea:
     :param job_error: the exception class a failed job is reported as.
     """
 
-    def __init__(
-        self,
-        lakefs: LakeFSPort,
-        request: PublishRequest,
-        guard: AttemptGuard,
-        fence: AttemptFencePort,
-        log: Log,
-        clock: Callable[[], float],
-        job_name: str,
-        job_error: type[JobError],
-    ) -> None:
-        self.lakefs = lakefs
-        self.request = request
-        self.guard = guard
-        self.fence = fence
-        self.log = log
-        self.clock = clock
-        self.job_name = job_name
-        self.job_error = job_error
-        # The input's objects under each replaced prefix (the input commit never changes: listed once).
-        self._replaced: dict[str, list[str]] | None = None
+    lakefs: LakeFSPort
+    request: PublishRequest
+    guard: AttemptGuard
+    fence: AttemptFencePort
+    log: Log
+    clock: Callable[[], float]
+    job_name: str
+    job_error: type[JobError]
+    # The input's objects under each replaced prefix (the input commit never changes: listed once).
+    _replaced: dict[str, list[str]] | None = field(default=None, init=False)
 
     # -- step 3 -------------------------------------------------------------------------------
 

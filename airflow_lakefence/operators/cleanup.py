@@ -8,7 +8,6 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, Variable
@@ -23,7 +22,7 @@ from airflow_lakefence.core.cleanup import (
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
-from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
 
@@ -81,7 +80,7 @@ def _evidence_names(value: Any) -> Collection[str] | None:
     return frozenset(value)
 
 
-class LakeFSStagingCleanupOperator(BaseOperator):
+class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
     """Delete lakefence staging branches whose attempt is provably dead; keep live and evidence ones.
 
     It lists the staging branches under ``staging_branch_prefix`` (hidden ones included), reads each
@@ -160,11 +159,6 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         self.clock = clock
         self.lakefs_conn_id = lakefs_conn_id
 
-    @cached_property
-    def hook(self) -> LakeFSHook:
-        """The lakeFS hook, built on first use."""
-        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
-
     def execute(self, context: Any) -> dict[str, Any]:
         """Inspect, decide, delete (unless ``dry_run``) and report.
 
@@ -175,7 +169,7 @@ class LakeFSStagingCleanupOperator(BaseOperator):
         ti = context["ti"]
         memory_key = memory_variable_key(self.lakefs_conn_id, self.repository, self.staging_branch_prefix)
         previous = self._previous_memory(memory_key)
-        client = self.hook.client
+        client = self.client
         branches = self._inspect(client)
         result = self.clean(client, TaskSdkView(), branches, previous, now)
         memory = result.pop(FIRST_SEEN_KEY)

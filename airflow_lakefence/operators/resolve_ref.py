@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
 from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
-from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 
 
-class LakeFSResolveRefOperator(BaseOperator):
+class LakeFSResolveRefOperator(LakeFSHookMixin, BaseOperator):
     """Resolve ``ref`` to the commit id it points at now and return it (XCom ``return_value``).
 
     The usual upstream of ``FencedSparkPublishOperator(input_ref=...)``: the run pins its input
@@ -35,11 +34,6 @@ class LakeFSResolveRefOperator(BaseOperator):
         self.ref = ref
         self.lakefs_conn_id = lakefs_conn_id
 
-    @cached_property
-    def hook(self) -> LakeFSHook:
-        """The lakeFS hook, built on first use."""
-        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
-
     def execute(self, context: Any) -> str:
         """Resolve the ref.
 
@@ -47,7 +41,7 @@ class LakeFSResolveRefOperator(BaseOperator):
         :raises InputRefError: if the repository or ref does not exist.
         """
         try:
-            commit = self.hook.client.get_commit(self.repository, self.ref)
+            commit = self.client.get_commit(self.repository, self.ref)
         except LakeFSNotFoundError as exc:
             raise InputRefError(f"ref {self.ref!r} not found in repository {self.repository!r}") from exc
         self.log.info("Resolved %s@%s to commit %s", self.repository, self.ref, commit.id)

@@ -15,7 +15,6 @@ then it is merged into ``main``), with every step safe to retry (docs/howto/bran
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XComArg
@@ -50,7 +49,7 @@ from airflow_lakefence.exceptions import (
     OutputPrefixError,
     RunBranchError,
 )
-from airflow_lakefence.hooks.lakefs import LakeFSHook
+from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
 from airflow_lakefence.run_state import task_run_state
@@ -61,7 +60,7 @@ CREATE_ROUNDS = 3
 LOG_AMOUNT = 1000
 
 
-class LakeFSRunBranchOperator(BaseOperator):
+class LakeFSRunBranchOperator(LakeFSHookMixin, BaseOperator):
     """Make the run's branch once, from the run's input; return its name.
 
     The name is ``run_branch`` rendered, made valid for lakeFS and suffixed with a hash of the run
@@ -104,11 +103,6 @@ class LakeFSRunBranchOperator(BaseOperator):
         self.run_branch = run_branch
         self.lakefs_conn_id = lakefs_conn_id
 
-    @cached_property
-    def hook(self) -> LakeFSHook:
-        """The lakeFS hook, built on first use."""
-        return LakeFSHook(lakefs_conn_id=self.lakefs_conn_id)
-
     @property
     def input_commit(self) -> XComArg:
         """The run's pinned input (XCom ``input_commit``): the publishing step's ``input_ref``."""
@@ -124,7 +118,7 @@ class LakeFSRunBranchOperator(BaseOperator):
         ti = context["ti"]
         name = run_branch_name(self.run_branch, ti.dag_id, ti.run_id, getattr(ti, "map_index", -1))
         input_commit, decision = make_branch_once(
-            context, self.hook.client, self.repository, name, self.source_ref, "source_ref", self.log
+            context, self.client, self.repository, name, self.source_ref, "source_ref", self.log
         )
         ti.xcom_push(key="input_commit", value=input_commit)
         ti.xcom_push(key="decision", value=decision)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, BaseSensorOperator, PokeReturnValue
 
@@ -40,16 +40,28 @@ class LakeFSBaseSensor(LakeFSHookMixin, BaseSensorOperator):
         self.deferrable = deferrable
 
 
+    #: The trigger that repeats :meth:`probe` in the triggerer, built from :meth:`probe_arguments`.
+    trigger_class: ClassVar[type[LakeFSPollingTrigger]]
+
     def probe(self) -> tuple[bool, Any]:
         """One probe: ``(done, value)``; subclasses implement it."""
         raise NotImplementedError
 
+    def probe_arguments(self) -> dict[str, Any]:
+        """The probe's arguments besides the client, checked: the same in the worker and in the triggerer."""
+        raise NotImplementedError
+
     def trigger(self, deadline: float) -> LakeFSPollingTrigger:
-        """The trigger that repeats :meth:`probe` in the triggerer; subclasses implement it.
+        """The trigger that repeats :meth:`probe` in the triggerer.
 
         :param deadline: epoch seconds after which it gives up.
         """
-        raise NotImplementedError
+        return self.trigger_class(
+            **self.probe_arguments(),
+            lakefs_conn_id=self.lakefs_conn_id,
+            poke_interval=float(self.poke_interval),
+            deadline=deadline,
+        )
 
     def poke(self, context: Any) -> PokeReturnValue:
         """Probe once.

@@ -30,7 +30,14 @@ def _one_of(value: str | None, name: str, alias: str | None, alias_name: str) ->
     return result
 
 
-class LakeFSCommitSensor(LakeFSBaseSensor):
+class _CommitIdSensor(LakeFSBaseSensor):
+    """A sensor that returns the commit it saw: the "lakeFS commit" link opens it."""
+
+    ui_color = "#c8e6c9"
+    operator_extra_links = (LakeFSSensorCommitLink(),)
+
+
+class LakeFSCommitSensor(_CommitIdSensor):
     """Wait until a branch's HEAD moves away from ``since_ref``, optionally changing ``prefix``.
 
     Returns the HEAD commit id it saw (XCom ``return_value``): read at that id, not at the branch
@@ -55,8 +62,7 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "since_ref", "prefix")
-    ui_color = "#c8e6c9"
-    operator_extra_links = (LakeFSSensorCommitLink(),)
+    trigger_class = LakeFSCommitTrigger
 
     def __init__(
         self,
@@ -93,34 +99,22 @@ class LakeFSCommitSensor(LakeFSBaseSensor):
             self.log.info("Waiting for %s to move from %s", self.branch, self.since_ref)
         return super().execute(context)
 
+    def probe_arguments(self) -> dict[str, Any]:
+        """The repository, the branch, the commit to compare with and the prefix."""
+        return {
+            "repository": _required(self.repository, "repository"),
+            "branch": _required(self.branch, "branch"),
+            "since_ref": _required(self.since_ref, "since_ref"),
+            "prefix": self.prefix or None,
+        }
+
     def probe(self) -> tuple[bool, Any]:
         """One look at the branch; ``(moved, HEAD or None)``."""
-        head = probe_new_commit(
-            self.client,
-            repository=_required(self.repository, "repository"),
-            branch=_required(self.branch, "branch"),
-            since_ref=_required(self.since_ref, "since_ref"),
-            prefix=self.prefix or None,
-        )
+        head = probe_new_commit(self.client, **self.probe_arguments())
         return head is not None, head
 
-    def trigger(self, deadline: float) -> LakeFSCommitTrigger:
-        """The trigger repeating :meth:`probe` in the triggerer.
 
-        :param deadline: epoch seconds after which it gives up.
-        """
-        return LakeFSCommitTrigger(
-            repository=self.repository,
-            branch=self.branch,
-            since_ref=_required(self.since_ref, "since_ref"),
-            prefix=self.prefix or None,
-            lakefs_conn_id=self.lakefs_conn_id,
-            poke_interval=float(self.poke_interval),
-            deadline=deadline,
-        )
-
-
-class LakeFSFileSensor(LakeFSBaseSensor):
+class LakeFSFileSensor(_CommitIdSensor):
     """Wait until an object (``path``) or anything under a prefix (``prefix``) exists at ``ref``.
 
     Returns the commit id ``ref`` pointed at when the object was found (XCom ``return_value``): the
@@ -144,8 +138,7 @@ class LakeFSFileSensor(LakeFSBaseSensor):
     """
 
     template_fields: Sequence[str] = ("repository", "ref", "path", "prefix")
-    ui_color = "#c8e6c9"
-    operator_extra_links = (LakeFSSensorCommitLink(),)
+    trigger_class = LakeFSFileTrigger
 
     def __init__(
         self,
@@ -168,32 +161,17 @@ class LakeFSFileSensor(LakeFSBaseSensor):
         self.path = path
         self.prefix = prefix
 
+    def probe_arguments(self) -> dict[str, Any]:
+        """The repository, the ref, the path or prefix, and whether uncommitted objects count."""
+        return {
+            "repository": _required(self.repository, "repository"),
+            "ref": _required(self.ref, "ref"),
+            "path": None if self.path is None else _required(self.path, "path"),
+            "prefix": self.prefix,
+            "uncommitted": self.uncommitted,
+        }
+
     def probe(self) -> tuple[bool, Any]:
         """One look at the ref; ``(found, commit id or None)``."""
-        if self.path is not None:
-            _required(self.path, "path")
-        commit = probe_object(
-            self.client,
-            repository=_required(self.repository, "repository"),
-            ref=_required(self.ref, "ref"),
-            path=self.path,
-            prefix=self.prefix,
-            uncommitted=self.uncommitted,
-        )
+        commit = probe_object(self.client, **self.probe_arguments())
         return commit is not None, commit
-
-    def trigger(self, deadline: float) -> LakeFSFileTrigger:
-        """The trigger repeating :meth:`probe` in the triggerer.
-
-        :param deadline: epoch seconds after which it gives up.
-        """
-        return LakeFSFileTrigger(
-            repository=self.repository,
-            ref=self.ref,
-            path=self.path,
-            prefix=self.prefix,
-            uncommitted=self.uncommitted,
-            lakefs_conn_id=self.lakefs_conn_id,
-            poke_interval=float(self.poke_interval),
-            deadline=deadline,
-        )

@@ -33,10 +33,10 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from airflow_lakefence.testing._lakefs_routes import ROUTES
+from airflow_lakefence.testing._serving import ThreadedServer
 from airflow_lakefence.testing.lakefs_server.controls import Call, Controls, Fault
 
 _CHUNK = 1 << 16
@@ -371,7 +371,7 @@ class _ProxyServer(ThreadingHTTPServer):
         self.upstream_port = parts.port or 80
 
 
-class FaultProxy:
+class FaultProxy(ThreadedServer):
     """A reverse proxy on a local port in front of the lakeFS at ``upstream``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
@@ -383,6 +383,8 @@ class FaultProxy:
     :param timeout: seconds to wait on lakeFS per socket operation.
     """
 
+    kind = "proxy"
+
     def __init__(
         self,
         upstream: str,
@@ -391,60 +393,13 @@ class FaultProxy:
         port: int = 0,
         timeout: float = 300.0,
     ) -> None:
+        super().__init__(host, port)
         self.upstream = upstream.rstrip("/")
         self.controls = controls if controls is not None else Controls()
-        self.host = host
-        self.port = port
         self.timeout = timeout
-        self._server: _ProxyServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        """The proxy's base URL (``http://127.0.0.1:PORT``); clients use it as lakeFS's.
-
-        :raises RuntimeError: if the proxy is not running.
-        """
-        if self._server is None:
-            raise RuntimeError("proxy is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}"
-
-    @property
-    def endpoint(self) -> str:
-        """The lakeFS API endpoint through the proxy, ``<url>/api/v1``."""
-        return f"{self.url}/api/v1"
-
-    def start(self) -> Self:
-        """Bind the port and serve in a daemon thread.
-
-        :raises RuntimeError: if already started.
-        """
-        if self._server is not None:
-            raise RuntimeError("proxy already started")
-        self._server = _ProxyServer((self.host, self.port), self.controls, self.upstream, self.timeout)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"lakefs-proxy-{self._server.server_address[1]}", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving. Safe to call twice."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def _bind(self) -> _ProxyServer:
+        return _ProxyServer((self.host, self.port), self.controls, self.upstream, self.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

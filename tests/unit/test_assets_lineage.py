@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
+from typing import Any
 
 import pytest
 
@@ -56,15 +57,15 @@ def test_parse_and_create() -> None:
         create_asset(repository="r", branch="main")
 
 
-def test_event_extra_names_the_exact_commit() -> None:
-    extra = event_extra(
-        repository="repo",
-        output_ref="o" * 64,
-        input_ref="i" * 64,
-        staged_commit="s" * 64,
-        decision="merge",
-        prefix="t/d",
+def _merged_extra(**prefixes: Any) -> dict[str, Any]:
+    """The event extra of a merge into ``repo`` (output ``o…``, input ``i…``, staged ``s…``)."""
+    return event_extra(
+        repository="repo", output_ref="o" * 64, input_ref="i" * 64, staged_commit="s" * 64, decision="merge", **prefixes
     )
+
+
+def test_event_extra_names_the_exact_commit() -> None:
+    extra = _merged_extra(prefix="t/d")
     assert extra["commit_uri"] == f"lakefs://repo/{'o' * 64}/t/d"
     assert extra["input_ref"] == "i" * 64 and extra["decision"] == "merge"
 
@@ -106,16 +107,7 @@ def test_openlineage_datasets() -> None:
 
 
 def test_scoped_event_extra_names_the_write_set() -> None:
-    extra = event_extra(
-        repository="repo",
-        output_ref="o" * 64,
-        input_ref="i" * 64,
-        staged_commit="s" * 64,
-        decision="merge",
-        prefix="t",
-        output_prefixes=["t/date=1/", "u/date=1/"],
-        input_prefixes=["d/"],
-    )
+    extra = _merged_extra(prefix="t", output_prefixes=["t/date=1/", "u/date=1/"], input_prefixes=["d/"])
     assert extra["fence_scope"] == "prefixes" and extra["input_prefixes"] == ["d/"]
     assert extra["output_uris"] == [f"lakefs://repo/{'o' * 64}/t/date=1", f"lakefs://repo/{'o' * 64}/u/date=1"]
     assert extra["output_prefixes"] == ["t/date=1/", "u/date=1/"]

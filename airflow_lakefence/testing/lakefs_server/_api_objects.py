@@ -14,13 +14,13 @@ from airflow_lakefence.testing.lakefs_server._http import (
     META_HEADER_PREFIX,
     NO_PRESIGN,
     RAW_HEADERS_KEY,
-    amount_arg,
     body_field,
     bool_arg,
     error_response,
     file_chunks,
     json_body,
     json_response,
+    listing_args,
     path_arg,
     str_map,
 )
@@ -130,14 +130,7 @@ class ObjectsApi:
 
     def op_listObjects(self, request: Request, repository: str, ref: str) -> Response:
         with_metadata = bool_arg(request, "user_metadata", True)
-        page = self.store.list_objects(
-            repository,
-            ref,
-            prefix=request.args.get("prefix", ""),
-            after=request.args.get("after", ""),
-            delimiter=request.args.get("delimiter", ""),
-            limit=amount_arg(request),
-        )
+        page = self.store.list_objects(repository, ref, **listing_args(request))
         if bool_arg(request, "presign") and any(entry is not None for _, entry in page.items):
             raise errors.bad_request(NO_PRESIGN)  # lakeFS pre-signs each object of the page (not common prefixes)
         return json_response(200, object_stats_list(page, with_metadata))

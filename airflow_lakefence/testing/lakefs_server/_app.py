@@ -27,6 +27,7 @@ from airflow_lakefence.testing.lakefs_server._http import (
     go_status_line,
     json_body,
     json_response,
+    listing_args,
     path_arg,
     protection_patterns,
     repository_creation,
@@ -448,22 +449,12 @@ class LakeFSApp(ObjectsApi):
             leftRef,
             rightRef,
             diff_type="two_dot" if diff_type == "two_dot" else "three_dot",
-            prefix=request.args.get("prefix", ""),
-            after=request.args.get("after", ""),
-            delimiter=request.args.get("delimiter", ""),
-            limit=amount_arg(request),
+            **listing_args(request),
         )
         return json_response(200, diff_list(page, bool_arg(request, "include_right_stats")))
 
     def op_diffBranch(self, request: Request, repository: str, branch: str) -> Response:
-        page = self.store.diff_branch(
-            repository,
-            branch,
-            prefix=request.args.get("prefix", ""),
-            after=request.args.get("after", ""),
-            delimiter=request.args.get("delimiter", ""),
-            limit=amount_arg(request),
-        )
+        page = self.store.diff_branch(repository, branch, **listing_args(request))
         return json_response(200, diff_list(page))
 
     def op_mergeIntoBranch(

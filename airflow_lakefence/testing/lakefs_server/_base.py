@@ -14,7 +14,6 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import IO
 
 from airflow_lakefence.testing.lakefs_server._model import Blob
 from airflow_lakefence.testing.lakefs_server._tx import SCHEMA, Tx
+from airflow_lakefence.testing.lakefs_server.controls import Tally
 
 
 class StoreBase:
@@ -41,8 +41,7 @@ class StoreBase:
         self._db_path = self.data_dir / "lakefs.sqlite3"
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
-        self._stats: Counter[str] = Counter()
-        self._stats_lock = threading.Lock()
+        self._stats = Tally()
         self._uncounted = threading.local()
         with self._connection() as conn:
             conn.executescript(SCHEMA)
@@ -55,10 +54,8 @@ class StoreBase:
         :param name: counter name.
         :param amount: how much to add.
         """
-        if getattr(self._uncounted, "active", False):
-            return
-        with self._stats_lock:
-            self._stats[name] += amount
+        if not getattr(self._uncounted, "active", False):
+            self._stats.add(name, amount)
 
     @contextmanager
     def uncounted(self) -> Iterator[None]:
@@ -73,13 +70,11 @@ class StoreBase:
 
     def stats(self) -> dict[str, int]:
         """Return the internal counters."""
-        with self._stats_lock:
-            return dict(self._stats)
+        return self._stats.snapshot()
 
     def reset_stats(self) -> None:
         """Zero the internal counters."""
-        with self._stats_lock:
-            self._stats.clear()
+        self._stats.clear()
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -114,13 +109,10 @@ class StoreBase:
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
-        """Run queries against one consistent snapshot."""
+        """Run queries against one consistent snapshot (rolled back as the connection is pooled again)."""
         with self._connection() as conn:
             conn.execute("BEGIN")
-            try:
-                yield Tx(conn, self)
-            finally:
-                conn.rollback()
+            yield Tx(conn, self)
 
     @contextmanager
     def reading(self, tx: Tx | None) -> Iterator[Tx]:
@@ -136,11 +128,7 @@ class StoreBase:
         """Run a mutation: serialized with every other mutation, committed atomically."""
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield Tx(conn, self)
-            except BaseException:
-                conn.rollback()
-                raise
+            yield Tx(conn, self)  # a failure leaves it uncommitted: rolled back as the connection is pooled again
             conn.commit()
 
     # --- blobs --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import http
 import json
 import re
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 from werkzeug.wrappers import Request, Response
 
@@ -118,6 +118,25 @@ def bool_arg(request: Request, name: str, default: bool = False) -> bool:
         return False
     raise errors.bad_request(
         f'parameter "{name}" in query has an error: value {value}: an invalid boolean: invalid syntax'
+    )
+
+
+class ListingArgs(TypedDict):
+    """The paging arguments of a listing that groups common prefixes (objects, diffs)."""
+
+    prefix: str
+    after: str
+    delimiter: str
+    limit: int
+
+
+def listing_args(request: Request) -> ListingArgs:
+    """Read ``prefix``, ``after``, ``delimiter`` and ``amount`` (as ``limit``) from the query."""
+    return ListingArgs(
+        prefix=request.args.get("prefix", ""),
+        after=request.args.get("after", ""),
+        delimiter=request.args.get("delimiter", ""),
+        limit=amount_arg(request),
     )
 
 

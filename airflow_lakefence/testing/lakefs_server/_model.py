@@ -181,28 +181,28 @@ def validate_repository_id(repository: str) -> None:
         raise errors.bad_request("repository id: invalid value: validation error")
 
 
-def validate_branch_id(branch: str, arg: str = "branch") -> None:
-    """Validate a branch name as lakeFS's ``validator.Validate`` does, naming the argument.
+def _validate_argument(value: str, arg: str, pattern: re.Pattern[str], kind: str) -> None:
+    """Validate a required argument as lakeFS's ``validator.Validate`` does, naming it in the message.
 
-    :param branch: the name.
+    :param value: the value.
     :param arg: the argument name lakeFS puts in the message.
+    :param pattern: what a valid value matches.
+    :param kind: what lakeFS calls the value (``branch id``, ``ref``).
     """
-    if not branch:
+    if not value:
         raise errors.bad_request(f"argument {arg}: required value: validation error")
-    if not BRANCH_ID_RE.match(branch):
-        raise errors.bad_request(f"argument {arg}: branch id: invalid value: validation error")
+    if not pattern.match(value):
+        raise errors.bad_request(f"argument {arg}: {kind}: invalid value: validation error")
+
+
+def validate_branch_id(branch: str, arg: str = "branch") -> None:
+    """Validate a branch name (see :func:`_validate_argument`)."""
+    _validate_argument(branch, arg, BRANCH_ID_RE, "branch id")
 
 
 def validate_ref(ref: str, arg: str = "ref") -> None:
-    """Validate a ref expression, naming the argument.
-
-    :param ref: the expression.
-    :param arg: the argument name lakeFS puts in the message.
-    """
-    if not ref:
-        raise errors.bad_request(f"argument {arg}: required value: validation error")
-    if not REF_RE.match(ref):
-        raise errors.bad_request(f"argument {arg}: ref: invalid value: validation error")
+    """Validate a ref expression (see :func:`_validate_argument`)."""
+    _validate_argument(ref, arg, REF_RE, "ref")
 
 
 def validate_tag_id(tag: str) -> None:

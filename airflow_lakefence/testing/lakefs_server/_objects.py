@@ -20,6 +20,23 @@ from airflow_lakefence.testing.lakefs_server._model import (
 from airflow_lakefence.testing.lakefs_server._tx import Tx
 
 
+def _stage_new_version(
+    tx: Tx, repository: Repository, branch: str, path: str, blob: Blob, content_type: str, metadata: Mapping[str, str]
+) -> Entry:
+    """Stage ``path`` on ``branch`` as a new object version: written now, at a fresh physical address."""
+    entry = tx.add_entry(
+        address=f"{repository.storage_namespace.rstrip('/')}/data/{uuid.uuid4().hex}",
+        blob=blob.sha256,
+        checksum=blob.md5,
+        size=blob.size,
+        mtime=int(time.time()),
+        content_type=content_type or DEFAULT_CONTENT_TYPE,
+        metadata=metadata,
+    )
+    tx.stage(repository.id, branch, path, entry)
+    return entry
+
+
 class ObjectsMixin(StoreBase):
     """Objects on a branch or ref: upload, stat, list, delete, copy, metadata."""
 
@@ -70,23 +87,10 @@ class ObjectsMixin(StoreBase):
         """
         validate_path(path)
         with self.write() as tx:
-            repository = tx.writable_repository(repo, force)
-            if tx.branch_commit(repo, branch) is None:
-                raise errors.not_found(f"branch '{branch}' not found")
-            tx.check_not_protected(repo, branch)
+            repository = tx.writable_branch(repo, branch, force)
             if if_none_match and tx.view_get(repo, tx.resolve(repo, branch), path) is not None:
                 raise errors.ApiError(412, "path already exists")
-            entry = tx.add_entry(
-                address=f"{repository.storage_namespace.rstrip('/')}/data/{uuid.uuid4().hex}",
-                blob=blob.sha256,
-                checksum=blob.md5,
-                size=blob.size,
-                mtime=int(time.time()),
-                content_type=content_type or DEFAULT_CONTENT_TYPE,
-                metadata=metadata,
-            )
-            tx.stage(repo, branch, path, entry)
-            return entry
+            return _stage_new_version(tx, repository, branch, path, blob, content_type, metadata)
 
     def stat_object(self, repo: str, ref: str, path: str, tx: Tx | None = None) -> Entry:
         """Return the entry at ``path`` as seen through ``ref``.
@@ -173,25 +177,13 @@ class ObjectsMixin(StoreBase):
         validate_path(dest_path)
         validate_path(src_path)
         with self.write() as tx:
-            repository = tx.writable_repository(repo, force)
-            if tx.branch_commit(repo, branch) is None:
-                raise errors.not_found(f"branch '{branch}' not found")
-            tx.check_not_protected(repo, branch)
+            repository = tx.writable_branch(repo, branch, force)
             found = tx.view_get(repo, tx.resolve(repo, src_ref or branch), src_path)
             if found is None:
                 raise errors.not_found("not found")
             source = tx.entry(found[1])
-            entry = tx.add_entry(
-                address=f"{repository.storage_namespace.rstrip('/')}/data/{uuid.uuid4().hex}",
-                blob=source.blob,
-                checksum=source.checksum,
-                size=source.size,
-                mtime=int(time.time()),
-                content_type=source.content_type,
-                metadata=source.metadata,
-            )
-            tx.stage(repo, branch, dest_path, entry)
-            return entry
+            blob = Blob(source.blob, source.checksum, source.size)
+            return _stage_new_version(tx, repository, branch, dest_path, blob, source.content_type, source.metadata)
 
     def update_object_metadata(self, repo: str, branch: str, path: str, metadata: Mapping[str, str]) -> None:
         """Replace the user metadata of an object on a branch (uncommitted).

@@ -6,11 +6,12 @@ import os
 import signal
 import sys
 import threading
-from types import FrameType, TracebackType
-from typing import Any, Self, TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from airflow_lakefence.testing._serving import ThreadedServer
 from airflow_lakefence.testing.lakefs_server._app import RAW_HEADERS_KEY, LakeFSApp
 from airflow_lakefence.testing.lakefs_server._store import Store
 
@@ -41,7 +42,7 @@ class _QuietHandler(WSGIRequestHandler):
             super().log(type, message, *args)
 
 
-class LakeFSServer:
+class LakeFSServer(ThreadedServer):
     """A lakeFS-compatible server on a local port, backed by ``data_dir``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Request counts, latency and
@@ -67,30 +68,12 @@ class LakeFSServer:
         secret_access_key: str = DEFAULT_SECRET_ACCESS_KEY,
         committer: str = "admin",
     ) -> None:
+        super().__init__(host, port)
         self.data_dir = os.fspath(data_dir)
-        self.host = host
-        self.port = port
         self.access_key_id = access_key_id
         self.secret_access_key = secret_access_key
         self._committer = committer
         self._store: Store | None = None
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:8000`` (no ``/api/v1``).
-
-        :raises RuntimeError: if the server is not running.
-        """
-        if self._server is None:
-            raise RuntimeError("server is not running")
-        return f"http://{self.host}:{self._server.server_port}"
-
-    @property
-    def endpoint(self) -> str:
-        """The lakeFS API endpoint, ``<url>/api/v1``."""
-        return f"{self.url}/api/v1"
 
     @property
     def store(self) -> Store:
@@ -102,44 +85,15 @@ class LakeFSServer:
             raise RuntimeError("server is not running")
         return self._store
 
-    def start(self) -> Self:
-        """Bind the port and serve requests in a daemon thread.
-
-        :raises RuntimeError: if already started.
-        """
-        if self._server is not None:
-            raise RuntimeError("server already started")
+    def _bind(self) -> BaseWSGIServer:
         self._store = Store(self.data_dir, committer=self._committer)
         app = LakeFSApp(self._store, self.access_key_id, self.secret_access_key)
-        self._server = make_server(self.host, self.port, app, threaded=True, request_handler=_QuietHandler)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"lakefs-server-{self._server.server_port}", daemon=True
-        )
-        self._thread.start()
-        return self
+        return make_server(self.host, self.port, app, threaded=True, request_handler=_QuietHandler)
 
-    def stop(self) -> None:
-        """Stop serving and close the database connections. Safe to call twice."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join()
+    def _stopped(self) -> None:
+        """Close the database connections."""
         if self._store is not None:
             self._store.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def run_server(

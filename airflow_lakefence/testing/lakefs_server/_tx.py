@@ -158,6 +158,17 @@ class Tx:
             raise errors.forbidden("read-only repository")
         return repo
 
+    def writable_branch(self, repo: str, branch: str, force: bool = False) -> Repository:
+        """Return the repository of a branch an object is staged on, checked in lakeFS's order.
+
+        :raises ApiError: 403 read-only repository (unless ``force``) or protected branch, 404 no such branch.
+        """
+        repository = self.writable_repository(repo, force)
+        if self.branch_commit(repo, branch) is None:
+            raise errors.not_found(f"branch '{branch}' not found")
+        self.check_not_protected(repo, branch)
+        return repository
+
     # --- branch protection --------------------------------------------------------------
 
     def protection_patterns(self, repo: str) -> list[str] | None:

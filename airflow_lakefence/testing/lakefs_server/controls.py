@@ -15,13 +15,36 @@ import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from airflow_lakefence.testing.lakefs_server._store import Store
 
 When = Literal["before", "after"]
+
+
+class Tally:
+    """Named counters that threads add to: a proxy's request counts, a store's internal counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name``."""
+        with self._lock:
+            self._counts[name] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """Return the counters as they are now."""
+        with self._lock:
+            return dict(self._counts)
+
+    def clear(self) -> None:
+        """Zero every counter."""
+        with self._lock:
+            self._counts.clear()
 
 
 class _Stats(Protocol):
@@ -59,6 +82,7 @@ class Fault:
         (the client then cannot tell that its write happened).
     :param hook: called with the :class:`Call` when the fault fires, before the delay, the
         status and the drop (in-process only: the proxy's thread runs it; e.g. kill -9 lakeFS).
+    :raises ValueError: on an invalid combination.
     """
 
     operation: str
@@ -69,64 +93,23 @@ class Fault:
     when: When = "before"
     hook: Callable[[Call], None] | None = field(default=None, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.nth < 1:
+            raise ValueError("nth must be >= 1")
+        if self.when not in ("before", "after"):
+            raise ValueError("when must be 'before' or 'after'")
+        if self.status is None and self.delay is None and not self.drop and self.hook is None:
+            raise ValueError("a fault needs a status, a delay, drop or a hook")
+        if self.status is not None and not 100 <= self.status <= 599:
+            raise ValueError("status must be an HTTP status code")
+
     def to_json(self) -> dict[str, Any]:
         """The fault as JSON (without its hook)."""
-        return {
-            "operation": self.operation,
-            "nth": self.nth,
-            "status": self.status,
-            "delay": self.delay,
-            "drop": self.drop,
-            "when": self.when,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hook"}
 
 
-class Controls:
-    """In-process test controls of one server or proxy.
-
-    :param store: where server-internal counters come from (the local server's store); ``None``
-        in front of a real lakeFS, whose internals are not observable.
-    """
-
-    def __init__(self, store: Store | _Stats | None = None) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-        self._latency = 0.0
-        # Each pending fault with the number of calls to its operation still to come before it fires.
-        self._faults: list[tuple[Fault, int]] = []
-        self._store = store
-
-    def counts(self) -> dict[str, int]:
-        """Return the number of requests per operationId since the last reset."""
-        with self._lock:
-            return dict(self._counts)
-
-    def reset_counts(self) -> None:
-        """Zero the request counts and the store's internal counters."""
-        with self._lock:
-            self._counts.clear()
-        if self._store is not None:
-            self._store.reset_stats()
-
-    def stats(self) -> dict[str, int]:
-        """Return server-internal counters (``commit_reads``, ``tree_rows_read``)."""
-        return {} if self._store is None else self._store.stats()
-
-    def latency(self) -> float:
-        """Return the latency added to every lakeFS API request, in seconds."""
-        with self._lock:
-            return self._latency
-
-    def set_latency(self, seconds: float) -> None:
-        """Add ``seconds`` of latency to every lakeFS API request.
-
-        :param seconds: delay per request; 0 disables.
-        :raises ValueError: if negative.
-        """
-        if seconds < 0:
-            raise ValueError("latency must not be negative")
-        with self._lock:
-            self._latency = float(seconds)
+class _ControlsApi:
+    """What :class:`Controls` and :class:`RemoteControls` share: one way to script a fault and to reset."""
 
     def add_fault(
         self,
@@ -150,17 +133,82 @@ class Controls:
         :raises ValueError: on an invalid combination.
         """
         fault = Fault(operation, nth, status, delay, drop, when, hook)
-        if nth < 1:
-            raise ValueError("nth must be >= 1")
-        if when not in ("before", "after"):
-            raise ValueError("when must be 'before' or 'after'")
-        if status is None and delay is None and not drop and hook is None:
-            raise ValueError("a fault needs a status, a delay, drop or a hook")
-        if status is not None and not 100 <= status <= 599:
-            raise ValueError("status must be an HTTP status code")
-        with self._lock:
-            self._faults.append((fault, nth))
+        self._add(fault)
         return fault
+
+    def _add(self, fault: Fault) -> None:
+        raise NotImplementedError
+
+    def reset_counts(self) -> None:
+        """Zero the request counts and the store's internal counters."""
+        raise NotImplementedError
+
+    def set_latency(self, seconds: float) -> None:
+        """Add ``seconds`` of latency to every lakeFS API request.
+
+        :param seconds: delay per request; 0 disables.
+        """
+        raise NotImplementedError
+
+    def clear_faults(self) -> None:
+        """Remove every scripted fault, fired or not."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Reset counts, latency and faults."""
+        self.reset_counts()
+        self.set_latency(0)
+        self.clear_faults()
+
+
+class Controls(_ControlsApi):
+    """In-process test controls of one server or proxy.
+
+    :param store: where server-internal counters come from (the local server's store); ``None``
+        in front of a real lakeFS, whose internals are not observable.
+    """
+
+    def __init__(self, store: Store | _Stats | None = None) -> None:
+        self._lock = threading.Lock()
+        self._counts = Tally()
+        self._latency = 0.0
+        # Each pending fault with the number of calls to its operation still to come before it fires.
+        self._faults: list[tuple[Fault, int]] = []
+        self._store = store
+
+    def counts(self) -> dict[str, int]:
+        """Return the number of requests per operationId since the last reset."""
+        return self._counts.snapshot()
+
+    def reset_counts(self) -> None:
+        """Zero the request counts and the store's internal counters."""
+        self._counts.clear()
+        if self._store is not None:
+            self._store.reset_stats()
+
+    def stats(self) -> dict[str, int]:
+        """Return server-internal counters (``commit_reads``, ``tree_rows_read``)."""
+        return {} if self._store is None else self._store.stats()
+
+    def latency(self) -> float:
+        """Return the latency added to every lakeFS API request, in seconds."""
+        with self._lock:
+            return self._latency
+
+    def set_latency(self, seconds: float) -> None:
+        """Add ``seconds`` of latency to every lakeFS API request.
+
+        :param seconds: delay per request; 0 disables.
+        :raises ValueError: if negative.
+        """
+        if seconds < 0:
+            raise ValueError("latency must not be negative")
+        with self._lock:
+            self._latency = float(seconds)
+
+    def _add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append((fault, fault.nth))
 
     def clear_faults(self) -> None:
         """Remove every scripted fault, fired or not."""
@@ -172,12 +220,6 @@ class Controls:
         with self._lock:
             return [fault for fault, _ in self._faults]
 
-    def reset(self) -> None:
-        """Reset counts, latency and faults."""
-        self.reset_counts()
-        self.set_latency(0)
-        self.clear_faults()
-
     def record_call(self, operation: str) -> list[Fault]:
         """Count one call to ``operation`` and return (and disarm) the faults it triggers.
 
@@ -186,7 +228,7 @@ class Controls:
         fired: list[Fault] = []
         pending: list[tuple[Fault, int]] = []
         with self._lock:
-            self._counts[operation] += 1
+            self._counts.add(operation)
             for fault, remaining in self._faults:
                 if fault.operation == operation:
                     remaining -= 1
@@ -198,7 +240,7 @@ class Controls:
         return fired
 
 
-class RemoteControls:
+class RemoteControls(_ControlsApi):
     """The test controls of a proxy in another process, over ``/_lakefence/``.
 
     :param url: the proxy's URL (``http://127.0.0.1:PORT``, without ``/api/v1``); a local server's
@@ -247,27 +289,10 @@ class RemoteControls:
         """
         self._call("PUT", "latency", {"seconds": seconds})
 
-    def add_fault(
-        self,
-        operation: str,
-        nth: int = 1,
-        status: int | None = None,
-        delay: float | None = None,
-        drop: bool = False,
-        when: When = "before",
-    ) -> Fault:
-        """Script a failure of the ``nth`` next call to ``operation``; see :class:`Fault`.
-
-        :param operation: swagger operationId.
-        :param nth: which upcoming call fails (1 = the next one).
-        :param status: HTTP status to answer with.
-        :param delay: seconds to sleep.
-        :param drop: drop the connection.
-        :param when: ``before`` or ``after`` the operation runs.
-        """
-        fault = Fault(operation, nth, status, delay, drop, when)
+    def _add(self, fault: Fault) -> None:
+        if fault.hook is not None:
+            raise ValueError("a fault's hook runs in the proxy's process: RemoteControls cannot send one")
         self._call("POST", "faults", fault.to_json())
-        return fault
 
     def clear_faults(self) -> None:
         """Remove every scripted fault."""
@@ -276,9 +301,3 @@ class RemoteControls:
     def faults(self) -> list[Fault]:
         """Return the faults that have not fired yet."""
         return [Fault(**item) for item in self._call("GET", "faults")]
-
-    def reset(self) -> None:
-        """Reset counts, latency and faults."""
-        self.reset_counts()
-        self.set_latency(0)
-        self.clear_faults()
