@@ -36,19 +36,17 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import lakefs
 import pytest
 
 from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY
 from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
 from tests.celery.conftest import FIGURES
-from tests.celery.test_scoped_backfill import max_overlap, release, wait_held
+from tests.celery.test_scoped_backfill import max_overlap, release, repository, wait_held
 from tests.dags.celery_dags import RUN_BRANCH_DAYS, START
 from tests.stack.celery import CeleryStack
 from tests.stack.harness import wait_for
-from tests.stack.tier import Signals, history, read_text, staging_branches, timestamp, xcom
-from tests.stack.tier import repository as tier_repository
+from tests.stack.tier import Signals, history, read_text, staging_branches, start_backfill, timestamp, xcom
 from tests.tools.real_lakefs import RealLakeFS
 
 pytestmark = [pytest.mark.celery, pytest.mark.real_lakefs, pytest.mark.run_branch, pytest.mark.scoped]
@@ -57,11 +55,6 @@ DAG_ID = "lf_cel_run_branch_backfill"
 DAYS = [START.add(days=n).to_date_string() for n in range(RUN_BRANCH_DAYS)]
 KILL_DAY = DAYS[0]
 TASKS = ("run_branch", "write", "publish")
-
-
-def repository(server: RealLakeFS, name: str) -> lakefs.Repository:
-    client = lakefs.Client(host=server.url, username=server.access_key_id, password=server.secret_access_key)
-    return tier_repository(client, name)
 
 
 def test_run_branch_backfill_of_8_dates_with_a_worker_killed_after_a_runs_merge(
@@ -75,19 +68,8 @@ def test_run_branch_backfill_of_8_dates_with_a_worker_killed_after_a_runs_merge(
     base = repo.branch("main").get_commit().id
     signals = Signals(tmp_path)
     started = time.monotonic()
-    api.create_backfill(
-        DAG_ID,
-        f"{DAYS[0]}T00:00:00Z",
-        f"{DAYS[-1]}T00:00:00Z",
-        max_active_runs=RUN_BRANCH_DAYS,
-        dag_run_conf={"job": signals.job_spec(), "hold_dates": {KILL_DAY: "after_verify"}},
-    )
-    api.unpause(DAG_ID)
-    runs = wait_for(
-        "the backfill's runs", lambda: (r := api.dag_runs(DAG_ID)) and len(r) == RUN_BRANCH_DAYS and r, 60, interval=1
-    )
-    run_of = {r["logical_date"][:10]: r["dag_run_id"] for r in runs}
-    assert sorted(run_of) == DAYS and all(r["run_type"] == "backfill" for r in runs)
+    conf = {"job": signals.job_spec(), "hold_dates": {KILL_DAY: "after_verify"}}
+    _, run_of = start_backfill(api, DAG_ID, DAYS, conf, max_active_runs=RUN_BRANCH_DAYS)
 
     # The killed date's publishing step holds right after its merge landed in main.
     kill_try = wait_held(signals, KILL_DAY, "after_verify", timeout=180)

@@ -42,6 +42,7 @@ from tests.stack.tier import (
     history,
     read_text,
     staging_branches,
+    start_backfill,
     timestamp,
     wait_task_process_end,
     xcom,
@@ -100,19 +101,7 @@ def test_scoped_backfill_of_16_dates_with_faults_one_publication_per_date(
     job = signals.job_spec(sleep=JOB_S, block_dates=[CLEAR_DAY])
     hold = {RESTART_DAY: "after_publish_action", KILL_DAY: "after_verify"}
     started = time.monotonic()
-    backfill = api.create_backfill(
-        DAG_ID,
-        f"{DAYS[0]}T00:00:00Z",
-        f"{DAYS[-1]}T00:00:00Z",
-        max_active_runs=8,
-        dag_run_conf={"job": job, "hold_dates": hold},
-    )
-    api.unpause(DAG_ID)
-    runs = wait_for(
-        "the backfill's runs", lambda: (r := api.dag_runs(DAG_ID)) and len(r) == SCOPED_DAYS and r, 60, interval=1
-    )
-    run_of = {r["logical_date"][:10]: r["dag_run_id"] for r in runs}
-    assert sorted(run_of) == DAYS and all(r["run_type"] == "backfill" for r in runs)
+    backfill, run_of = start_backfill(api, DAG_ID, DAYS, {"job": job, "hold_dates": hold}, max_active_runs=8)
 
     # 1. lakeFS restarted while a publish is held right after its merge landed.
     restart_try = wait_held(signals, RESTART_DAY, "after_publish_action", timeout=180)

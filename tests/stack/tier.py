@@ -381,6 +381,31 @@ def run_backfill(api: AirflowAPI, dag_id: str, job: dict[str, Any], timeout: flo
     return runs
 
 
+def start_backfill(
+    api: AirflowAPI, dag_id: str, days: list[str], conf: dict[str, Any], max_active_runs: int
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Backfill ``days`` (dates, oldest first) with every run's ``conf``, and wait until all its runs exist.
+
+    Created while the DAG is paused, then switched on (the dialog's "unpause" choice).
+
+    :returns: the backfill, and each date's run id.
+    """
+    backfill = api.create_backfill(
+        dag_id,
+        f"{days[0]}T00:00:00Z",
+        f"{days[-1]}T00:00:00Z",
+        max_active_runs=max_active_runs,
+        dag_run_conf=conf,
+    )
+    api.unpause(dag_id)
+    runs = wait_for(
+        "the backfill's runs", lambda: (r := api.dag_runs(dag_id)) and len(r) == len(days) and r, 60, interval=1
+    )
+    run_of = {r["logical_date"][:10]: r["dag_run_id"] for r in runs}
+    assert sorted(run_of) == days and all(r["run_type"] == "backfill" for r in runs)
+    return backfill, run_of
+
+
 def assert_linear_backfill(
     api: AirflowAPI, repo: lakefs.Repository, dag_id: str, runs: list[dict[str, Any]], base: str, heads: HeadRecorder
 ) -> list[dict[str, Any]]:
