@@ -92,6 +92,9 @@ def configure_airflow(home: Path, endpoint: str, secret: str) -> None:
 def run_example_dag() -> Any:
     """Migrate the DB, create the target's 1-slot pool, run the DAG under ``dag.test()``."""
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    # Register the DAGs and their assets as the DAG processor does: Airflow 3.0's dag.test() does not,
+    # and then refuses the fenced task's outlet as an inactive asset.
+    subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
     from airflow.models import DagBag  # airflow.dag_processing.dagbag from 3.2, airflow.models.dagbag before
     from airflow.models.pool import Pool
 
