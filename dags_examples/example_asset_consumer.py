@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+from airflow.providers.common.compat.sdk import DAG, Asset, task
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 DAILY_COUNTS = Asset(f"lakefs://{REPOSITORY}/main/tables/daily_counts/")

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
+from airflow.providers.common.compat.sdk import DAG, task
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, task
 
 from airflow_lakefence.operators import FencedSparkPublishOperator
 from airflow_lakefence.operators.run_branch import LakeFSPublishRunOperator, LakeFSRunBranchOperator

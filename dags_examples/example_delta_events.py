@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Asset
+from airflow.providers.common.compat.sdk import DAG, Asset
 
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package

@@ -20,7 +20,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+
+# Through common-compat, as the official providers import Airflow: this file runs on Airflow 2.11 to 3.3.
+from airflow.providers.common.compat.sdk import DAG, Asset, task
 
 from airflow_lakefence.operators import FencedSparkPublishOperator, PublishOptions
 from airflow_lakefence.sensors import AbandonedPublicationSensor

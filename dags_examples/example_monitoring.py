@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.providers.common.compat.sdk import DAG, task
 
 from airflow_lakefence.operators import LakeFSStagingCleanupOperator
 from airflow_lakefence.sensors import AbandonedPublicationSensor
@@ -55,7 +55,7 @@ with DAG(
         """Tell the operators which publication is abandoned, and whether Airflow is repairing it."""
         import logging
 
-        from airflow.sdk import get_current_context
+        from airflow.providers.common.compat.sdk import get_current_context
 
         repository = get_current_context()["params"]["repository"]
         repairing = found["retry_pending"] or found["replacement_running"]

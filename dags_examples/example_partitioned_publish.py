@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+from airflow.providers.common.compat.sdk import DAG, Asset, task
 
 from airflow_lakefence.sensors import AbandonedPublicationSensor
 

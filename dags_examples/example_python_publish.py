@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+from airflow.providers.common.compat.sdk import DAG, Asset, task
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 TARGET = "main"

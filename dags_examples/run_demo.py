@@ -92,7 +92,10 @@ def configure_airflow(home: Path, endpoint: str, secret: str) -> None:
 def run_example_dag() -> Any:
     """Migrate the DB, create the target's 1-slot pool, run the DAG under ``dag.test()``."""
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
-    from airflow.dag_processing.dagbag import DagBag
+    # Register the DAGs and their assets as the DAG processor does: Airflow 3.0's dag.test() does not,
+    # and then refuses the fenced task's outlet as an inactive asset.
+    subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True, capture_output=True)
+    from airflow.models import DagBag  # airflow.dag_processing.dagbag from 3.2, airflow.models.dagbag before
     from airflow.models.pool import Pool
 
     Pool.create_or_update_pool(f"lakefs_{REPOSITORY}_main", slots=1, description="one writer", include_deferred=False)
@@ -305,15 +308,25 @@ def _output_to(path: Path) -> Iterator[None]:
 def _task_story(dag_run: Any) -> list[str]:
     """One line per task of the run, in the order they ran: state, time, what it did."""
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+
+    try:
+        from airflow.models.xcom import XComModel as XComRow
+
+        def read(row: Any) -> Any:
+            return XComRow.deserialize_value(row)
+    except ImportError:  # Airflow 2: the ORM class is XCom, and it deserializes the value when it loads a row
+        from airflow.models.xcom import XCom as XComRow
+
+        def read(row: Any) -> Any:
+            return row.value
 
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
-        rows = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
+        rows = session.query(XComRow).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
         values: dict[str, dict[str, Any]] = {}
         for row in rows:
-            values.setdefault(row.task_id, {})[row.key] = XComModel.deserialize_value(row)
+            values.setdefault(row.task_id, {})[row.key] = read(row)
         tis.sort(key=lambda ti: (ti.start_date is None, ti.start_date))
         lines = []
         for ti in tis:

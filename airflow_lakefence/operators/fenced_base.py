@@ -334,7 +334,10 @@ class FencedPublishOperatorBase(BaseOperator):
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
-        reporter = AirflowReporter(context, published=lambda outcome: self._report(context, outcome))
+        reporter = AirflowReporter(
+            context,
+            published=lambda outcome: self._report(context, outcome, staging_pushed=reporter.staging is not None),
+        )
         try:
             result = engine.run(lambda locations: self.run_job(context, locations), reporter)
         except Exception as exc:
@@ -343,7 +346,7 @@ class FencedPublishOperatorBase(BaseOperator):
             if reporter.staging is not None and getattr(exc, "staging_branch", None) != reporter.staging:
                 try:
                     context["ti"].xcom_push(key="staging_branch", value=None)
-                except Exception as push_error:  # Airflow 3.0 refuses XComs of a task no longer running
+                except Exception as push_error:  # Airflow 3.0's Execution API refuses a None value
                     self.log.warning("Could not clear the staging_branch XCom: %s", push_error)
             raise
         return result.output_ref
@@ -356,10 +359,17 @@ class FencedPublishOperatorBase(BaseOperator):
                     f"outlet {asset.uri!r} is not on the target {self.repository}/{self.target_branch}"
                 )
 
-    def _report(self, context: Any, result: PublishResult) -> None:
+    def _report(self, context: Any, result: PublishResult, *, staging_pushed: bool) -> None:
         ti = context["ti"]
         for key in XCOM_KEYS:
-            ti.xcom_push(key=key, value=getattr(result, key))
+            value = getattr(result, key)
+            # A try starts without XComs of its own (Airflow clears them when it starts running, on
+            # every version), so an XCom never pushed already reads back as None; and Airflow 3.0's
+            # Execution API refuses a None value (422). None is pushed only over the staging branch
+            # this try pushed when it created it.
+            if value is None and not (key == "staging_branch" and staging_pushed):
+                continue
+            ti.xcom_push(key=key, value=value)
         if self.output_tables:
             ti.xcom_push(key=DELTA_VERSIONS_KEY, value=dict(result.delta_versions))
         self._outcome = result
