@@ -22,6 +22,14 @@ def dags() -> Any:
 
 
 @pytest.fixture
+def cost_dags() -> Iterator[Any]:
+    """tests/dags/cost_dags.py (the cost tests), earlier failures forgotten; its probe unset after the test."""
+    module = fresh_dag_module("testdags/cost_dags.py")
+    yield module
+    module.PROBE["try_start"] = None
+
+
+@pytest.fixture
 def publishers(dags: Any) -> Any:
     """The fenced test DAGs, named for the tests where they are the publishing side."""
     return dags

@@ -16,8 +16,10 @@ How it is measured, with real components only:
   both. The state a scenario needs (history, the job's objects, a racing foreign commit) is made
   through a :class:`Backdoor` that the proxy does not see: the local server's store in-process
   (no request, no test time), or real lakeFS's own port directly (uploads in parallel). On real
-  lakeFS the job changes at most :data:`REAL_MAX_OBJECTS` objects (10,000 uploads per scenario
-  would take minutes); the call counts asserted are the same.
+  lakeFS the job changes at most ``REAL_MAX_OBJECTS`` objects (10,000 uploads per scenario would
+  take minutes); the call counts asserted are the same. tests/integration/cost_measure.py holds
+  the measuring (shared with tests/integration/test_cost_versions.py: the same rows on every
+  Airflow version).
 * Airflow: a spy on the in-process Execution-API channel of ``dag.test()``
   (``InProcessSupervisorComms.send``) counts every request the task sends to the API server, by
   message type, and delegates to the real implementation.
@@ -27,39 +29,34 @@ How it is measured, with real components only:
 
 from __future__ import annotations
 
-import io
-import os
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-import lakefs
 import pytest
 
-from airflow_lakefence import failpoints
-from airflow_lakefence.attempt import attempt_from_context
-from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, forget_checks, is_chain_link
+from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, is_chain_link
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_name, staging_branch_prefix
+from airflow_lakefence.core.naming import staging_branch_prefix
 from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
-from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
-from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
-from tests.conftest import fresh_dag_module
-from tests.hard_fence.helpers import protect
-from tests.integration.helpers import run_dag, update_ti, xcoms
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from tests.integration.cost_measure import (
+    PROTECTED_PREFIX,
+    Attempt,
+    Backdoor,
+    Run,
+    Scenario,
+    execution_api_spy,
+    plus,
+    run_publish,
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
 
 REPOSITORY = f"cost-contract-{uuid.uuid4().hex[:8]}"
 MAX_DEPTH = 1000
-#: On real lakeFS the job's objects are uploaded for real: the largest volume point is capped.
-REAL_MAX_OBJECTS = 1000
 #: (target history depth, objects the job changes): every depth and volume the cost targets name.
 POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
 POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
@@ -177,106 +174,15 @@ HARD_FENCE_CONTRACT: dict[tuple[str, str], dict[str, int]] = {
         **_BY_MERGES,
     },
 }
-#: Target branches named so are protected (module-wide rule; no other test's branch matches).
-PROTECTED_PREFIX = "protected-"
 
 
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-class Backdoor:
-    """Scenario set-up and inspection that no counter sees.
-
-    On the local backend, the server's store in-process; on real lakeFS, its own port (not the
-    proxy's), through the SDK.
-
-    :param info: the session's lakeFS.
-    """
-
-    def __init__(self, info: LakeFSServerInfo) -> None:
-        self.info = info
-        self.store = info.server.store if info.is_local else None
-        direct = info.server.url if info.server is not None else os.environ[ENDPOINT_ENV].removesuffix("/api/v1")
-        self.direct = direct
-        self.client = lakefs.Client(host=direct, username=info.access_key_id, password=info.secret_access_key)
-        self.repo = lakefs.Repository(REPOSITORY, client=self.client)
-
-    def cap(self, objects: int) -> int:
-        """How many objects a scenario of ``objects`` really stages on this backend."""
-        return objects if self.store is not None else min(objects, REAL_MAX_OBJECTS)
-
-    def create_repository(self) -> None:
-        namespace = f"{self.info.storage_namespace.rstrip('/')}/{REPOSITORY}"
-        self.repo.create(storage_namespace=namespace, default_branch="main")
-        # The run-state branch exists after the first record in a repository (its creation, two
-        # calls once per repository, is pinned by test_the_first_run_state_record_of_a_repository).
-        self.create_branch(RUN_STATE_BRANCH, "main")
-
-    def create_branch(self, name: str, ref: str) -> None:
-        if self.store is not None:
-            self.store.create_branch(REPOSITORY, name, ref)
-        else:
-            self.repo.branch(name).create(ref)
-
-    def commit(self, branch: str, message: str, allow_empty: bool = True) -> str:
-        if self.store is not None:
-            return str(self.store.commit(REPOSITORY, branch, message, allow_empty=allow_empty).id)
-        return str(self.repo.branch(branch).commit(message, allow_empty=allow_empty).get_commit().id)
-
-    def get_commit(self, ref: str) -> Any:
-        """The commit ``ref`` names (``id``, ``parents``, ``metadata``)."""
-        if self.store is not None:
-            return self.store.get_commit(REPOSITORY, ref)
-        return self.repo.ref(ref).get_commit()
-
-    def stage(self, branch: str, paths: list[str], content: bytes) -> None:
-        """Leave ``paths`` uncommitted on ``branch``, all with ``content``: what a direct-mode job leaves."""
-        if self.store is not None:
-            _stage(self.store, branch, paths, self.store.put_blob(io.BytesIO(content)))
-            return
-        target = self.repo.branch(branch)
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda path: target.object(path).upload(content), paths))
-
-    def count_objects(self, ref: str, prefix: str = "out/") -> int:
-        """How many objects ``ref`` holds under ``prefix``."""
-        if self.store is None:
-            return sum(1 for _ in self.repo.ref(ref).objects(prefix=prefix, max_amount=None))
-        total, after = 0, ""
-        while True:
-            page = self.store.list_objects(REPOSITORY, ref, prefix=prefix, after=after, delimiter="", limit=1000)
-            total += len(page.items)
-            if not page.has_more:
-                return total
-            after = page.items[-1][0]
-
-    def branches(self, prefix: str) -> list[str]:
-        if self.store is not None:
-            refs, _ = self.store.list_refs(REPOSITORY, "branches", prefix, "", 100)
-            return [name for name, _ in refs]
-        return [b.id for b in self.repo.branches(prefix=prefix, show_hidden=True)]
-
-    def hard_reset(self, branch: str, ref: str) -> None:
-        """Point ``branch`` at ``ref`` (an unprotected branch)."""
-        if self.store is not None:
-            self.store.hard_reset(REPOSITORY, branch, ref)
-        else:
-            self.client.sdk_client.experimental_api.hard_reset_branch(REPOSITORY, branch, ref)
-
-    def install_hard_fence(self, branch: str) -> str:
-        """Install the hard fence on ``branch`` (the product's installer, on the uncounted port); its new head."""
-        adapter = LakeFSClient(self.direct, self.info.access_key_id, self.info.secret_access_key)
-        return install_hard_fence(adapter, REPOSITORY, branch).head
-
-    def protect(self, pattern: str, probe_branch: str) -> None:
-        """Protect the branches matching ``pattern``; return once lakeFS enforces it on ``probe_branch``."""
-        protect(self.client, self.repo, pattern, probe_branch=probe_branch)
-
-
 @pytest.fixture(scope="module")
 def server(lakefence_server: LakeFSServerInfo) -> Backdoor:
     """This module's uncounted access to the session's lakeFS, with the test repository created."""
-    backdoor = Backdoor(lakefence_server)
+    backdoor = Backdoor(lakefence_server, REPOSITORY)
     backdoor.create_repository()
     return backdoor
 
@@ -316,246 +222,17 @@ def protected_targets(server: Backdoor, history: dict[int, str]) -> str:
 
 
 @pytest.fixture
-def dags() -> Iterator[Any]:
-    module = fresh_dag_module("testdags/cost_dags.py")
-    yield module
-    module.PROBE["try_start"] = None
+def dags(cost_dags: Any) -> Any:
+    return cost_dags
 
 
 @pytest.fixture
 def api_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Count every Execution-API request of the task, by message type (delegating spy)."""
-    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
-
-    calls: Counter[str] = Counter()
-    real_send = InProcessSupervisorComms.send
-
-    def send(self: Any, msg: Any) -> Any:
-        calls[type(msg).__name__] += 1
-        return real_send(self, msg)
-
-    monkeypatch.setattr(InProcessSupervisorComms, "send", send)
-    return calls
+    return execution_api_spy(monkeypatch)
 
 
 # -- measuring ---------------------------------------------------------------------------------
-
-
-def _stage(store: Any, branch: str, paths: list[str], blob: Any) -> None:
-    """Stage ``paths`` on ``branch`` uncommitted, in one store transaction: what a direct-mode job
-    leaves behind, without 10,000 counted uploads (through the SDK that takes about 30 s)."""
-    with store.write() as tx:
-        entry = tx.add_entry(
-            address=f"local://cost/{REPOSITORY}/data/{uuid.uuid4().hex}",
-            blob=blob.sha256,
-            checksum=blob.md5,
-            size=blob.size,
-            mtime=0,
-            content_type="application/octet-stream",
-            metadata={},
-        )
-        for path in paths:
-            tx.stage(REPOSITORY, branch, path, entry)
-
-
-def _current() -> tuple[int, str]:
-    """(try number, staging branch) of the running attempt, from inside a failpoint callback."""
-    from airflow.sdk import get_current_context
-
-    context = get_current_context()
-    attempt = attempt_from_context(context)
-    return attempt.try_number, staging_branch_name(attempt, "lakefence")
-
-
-@dataclass
-class Mark:
-    label: str
-    try_number: int
-    lakefs: Counter[str]
-    airflow: Counter[str]
-
-
-@dataclass
-class Attempt:
-    """The calls of one try, split at the Spark job."""
-
-    before: dict[str, int]
-    after: dict[str, int]
-    fence_checks: list[dict[str, int]] = field(default_factory=list)
-    fence_arm: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.before.values()) + sum(self.after.values())
-
-
-class Probe:
-    """Snapshots of both counters at the try boundaries and protocol points."""
-
-    def __init__(self, controls: Any, api_calls: Counter[str]) -> None:
-        self.controls = controls
-        self.api_calls = api_calls
-        self.marks: list[Mark] = []
-
-    def mark(self, label: str, try_number: int) -> None:
-        self.marks.append(Mark(label, try_number, Counter(self.controls.counts()), Counter(self.api_calls)))
-
-    def attempts(self) -> dict[int, Attempt]:
-        """The calls of every try; a try ends where the next one starts (or at the ``end`` mark)."""
-        result: dict[int, Attempt] = {}
-        starts = [i for i, m in enumerate(self.marks) if m.label == "start"]
-        for n, first in enumerate(starts):
-            last = starts[n + 1] if n + 1 < len(starts) else len(self.marks) - 1
-            span = self.marks[first : last + 1]
-            by_label = {m.label: m for m in span}
-            start, end = span[0], span[-1]
-            job = by_label.get("after_job", end)
-            attempt = Attempt(dict(job.lakefs - start.lakefs), dict(end.lakefs - job.lakefs))
-            attempt.fence_arm = {k: v for k, v in (job.airflow - start.airflow).items() if k in FENCE_MESSAGES}
-            spans = (("after_job", "after_fence_1"), ("after_stage", "after_fence_2"), ("after_verify", "after_xcom"))
-            for a, b in spans:
-                if a in by_label and b in by_label:
-                    # The last span also holds the XCom pushes of the report: keep the fence's calls.
-                    calls = by_label[b].airflow - by_label[a].airflow
-                    attempt.fence_checks.append({k: v for k, v in calls.items() if k in FENCE_MESSAGES})
-            result[start.try_number] = attempt
-        return result
-
-
-@dataclass
-class Scenario:
-    """What happens around the job in one run."""
-
-    objects: int = 1  # objects the job changes on each try (direct mode: staged on the staging branch)
-    objects_on_retry: int | None = None  # objects on try >= 2, when different
-    die_after_publishing: bool = False  # try 1 raises after verifying its publication (worker death)
-    die_on_tries: tuple[int, ...] = (1,)  # the tries that die so, with die_after_publishing
-    leave_staging_behind: bool = False  # ...and its staging branch survives (a hard crash)
-    foreign_commit_during_job: bool = False
-    foreign_commit_before_run: bool = False
-    mark_stale_after_stage: str | None = None  # "failed" or "clear": the UI acts on the running try
-    # The hard-fence DAGs (workspace mode, with objects=0): {try number: {path: text}} each try writes.
-    files_by_try: dict[int, dict[str, str]] = field(default_factory=dict)
-    protected: bool = False  # the target matches the module's branch protection rule
-    # Try 1's publication is taken off the target before try 2 starts and lands again during try 2's
-    # job: a zombie try 1 publishing late (set up through the backdoor: no counted call).
-    zombie_publishes_during_retry_job: bool = False
-    # The target starts here instead of at the input (a commit the input is an ancestor of), and gets
-    # one more commit changing a path outside the write set: a target that moved past the input.
-    target_from: str | None = None
-    disjoint_commit_on_target: bool = False
-
-
-@dataclass
-class Run:
-    dag_run: Any
-    input_commit: str
-    target: str
-    attempts: dict[int, Attempt]
-    xcom: dict[str, Any]
-    published_before_death: list[str]
-    foreign: list[str]
-    marks: list[Mark]
-
-
-def run_publish(
-    server: Backdoor,
-    controls: Any,
-    api_calls: Counter[str],
-    dags: Any,
-    dag: Any,
-    input_commit: str,
-    scenario: Scenario,
-    job: dict[str, Any] | None = None,
-) -> Run:
-    """Run ``dag`` once on a fresh target branch at ``input_commit`` and measure every try.
-
-    Every try starts as in a fresh worker process: the hard-fence check's per-process memory is cleared.
-    """
-    target = f"{PROTECTED_PREFIX if scenario.protected else 'target-'}{uuid.uuid4().hex[:12]}"
-    server.create_branch(target, scenario.target_from or input_commit)
-    foreign: list[str] = []
-    if scenario.disjoint_commit_on_target:
-        server.stage(target, ["other/part-0"], b"another writer's partition")
-        foreign.append(server.commit(target, "another writer", allow_empty=False))
-    if scenario.foreign_commit_before_run:
-        foreign.append(server.commit(target, "someone else"))
-    probe = Probe(controls, api_calls)
-    published: list[str] = []
-
-    def points(name: str, *actions: Callable[[int], None]) -> None:
-        def callback() -> None:
-            try_number, _ = _current()
-            for action in actions:
-                action(try_number)
-            probe.mark(name, try_number)
-
-        failpoints.arm(name, callback)
-
-    def stage_job_output(try_number: int) -> None:
-        count = scenario.objects
-        if try_number > 1 and scenario.objects_on_retry is not None:
-            count = scenario.objects_on_retry
-        count = server.cap(count)
-        if count:
-            _, staging = _current()
-            server.stage(staging, [f"out/part-{n:05d}" for n in range(count)], f"try {try_number} of {target}".encode())
-
-    def race(try_number: int) -> None:
-        if scenario.foreign_commit_during_job:
-            foreign.append(server.commit(target, "racer"))
-        if scenario.zombie_publishes_during_retry_job and try_number == 2:
-            server.hard_reset(target, published[0])
-
-    def stale(try_number: int) -> None:
-        if scenario.mark_stale_after_stage == "clear":
-            update_ti(dag.dag_id, "publish", clear=True)
-        elif scenario.mark_stale_after_stage:
-            update_ti(dag.dag_id, "publish", state=scenario.mark_stale_after_stage)
-
-    def die(try_number: int) -> None:
-        if scenario.die_after_publishing and try_number in scenario.die_on_tries:
-            published.append(server.get_commit(target).id)
-            if scenario.leave_staging_behind:
-                # The dying worker never gets to delete its staging branch.
-                controls.add_fault("deleteBranch", status=503)
-            raise RuntimeError("worker died after publishing")
-
-    points("after_staging_branch", stage_job_output)
-    points("after_job", race)
-    points("after_fence_1")
-    points("after_stage", stale)
-    points("after_fence_2")
-    points("after_verify", die)
-    points("after_xcom")
-
-    def try_start(context: Any) -> None:
-        try_number = int(context["ti"].try_number)
-        forget_checks()  # a new worker process remembers no hard-fence check
-        if scenario.zombie_publishes_during_retry_job and try_number == 2:
-            server.hard_reset(target, input_commit)  # the zombie's publication has not landed yet
-        probe.mark("start", try_number)
-
-    dags.PROBE["try_start"] = try_start
-
-    controls.reset_counts()
-    api_calls.clear()
-    conf: dict[str, Any] = {"repository": REPOSITORY, "target": target, "input_ref": input_commit, "job": job or {}}
-    if scenario.files_by_try:
-        conf["files_by_try"] = {str(n): files for n, files in scenario.files_by_try.items()}
-    dag_run = run_dag(dag, conf)
-    probe.mark("end", 0)
-    return Run(
-        dag_run, input_commit, target, probe.attempts(), xcoms(dag_run, "publish"), published, foreign, probe.marks
-    )
-
-
-def plus(*rows: dict[str, int]) -> dict[str, int]:
-    """The calls of ``rows`` together."""
-    total: Counter[str] = Counter()
-    for row in rows:
-        total.update(row)
-    return dict(total)
 
 
 def assert_contract(attempt: Attempt, decision: str, over: int = 0, *, recorded: bool = True) -> None:
@@ -588,7 +265,9 @@ def assert_fence_cost(attempt: Attempt, checks: int = 3, arm: dict[str, int] = A
 @pytest.fixture
 def measure(server: Backdoor, lakefence_controls: Any, api_calls: Counter[str], dags: Any) -> Callable[..., Run]:
     def measure_(dag: Any, input_commit: str, scenario: Scenario, job: dict[str, Any] | None = None) -> Run:
-        return run_publish(server, lakefence_controls, api_calls, dags, dag, input_commit, scenario, job)
+        return run_publish(
+            server, lakefence_controls, api_calls, dags, dag, input_commit, scenario, job, fence_messages=FENCE_MESSAGES
+        )
 
     return measure_
 
