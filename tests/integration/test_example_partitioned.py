@@ -57,7 +57,7 @@ def run_dates_at_once(
     (so they overlap there however long each process took to start)."""
     database = Path(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))
     meeting = {} if meet_at is None else {BARRIER_ENV: f"{meet_at}:{len(dates)}:{tmp_path / 'barrier'}"}
-    procs = []
+    procs, logs = [], []
     for n, day in enumerate(dates):
         copy = tmp_path / f"airflow-{n}.db"
         copy_metadata_db(database, copy)
@@ -67,20 +67,25 @@ def run_dates_at_once(
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{copy}",
             "PYTHONPATH": str(REPO),
         }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.dag_test_process", str(dag_file), day]
-                + ([] if confs is None else [attribute, json.dumps(confs[n])]),
-                env=env,
-                cwd=REPO,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+        # Each process's output goes to a file, not a pipe: waiting on the processes one after the
+        # other, a pipe nobody reads yet fills (64 KiB of task log) and blocks its writer, and with
+        # ``meet_at`` the first process then waits at the barrier for a blocked one without end.
+        logs.append(tmp_path / f"dag-test-{n}.log")
+        with logs[-1].open("w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.integration.dag_test_process", str(dag_file), day]
+                    + ([] if confs is None else [attribute, json.dumps(confs[n])]),
+                    env=env,
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
     outcomes = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=600)
+    for proc, log_file in zip(procs, logs, strict=True):
+        proc.wait(timeout=600)
+        out = log_file.read_text()
         lines = [line for line in out.splitlines() if line.startswith("LAKEFENCE-OUTCOME ")]
         assert proc.returncode == 0 and lines, out[-3000:]
         outcomes.append(json.loads(lines[-1].removeprefix("LAKEFENCE-OUTCOME ")))
