@@ -15,7 +15,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.task_instances import OUTPUT_REF_KEY, xcom_value
+from airflow_lakefence.task_instances import OUTPUT_REF_KEY, rendered_field, xcom_value
 
 
 def commit_url(ui_base_url: str, repository: str, commit_id: str) -> str:
@@ -84,6 +84,17 @@ def _reported(operator: Any, ti_key: Any, name: str) -> Any:
     return xcom_value(ti_key, name)
 
 
+def _repository(operator: Any, ti_key: Any) -> str | None:
+    """The repository the try used: the operator's, or the try's rendered value when the operator's
+    is still a template (Airflow 2 asks links with the task as declared)."""
+    repository = getattr(operator, "repository", None)
+    if isinstance(repository, str) and "{{" in repository:
+        repository = rendered_field(ti_key, "repository")
+    if not isinstance(repository, str) or not repository or "{{" in repository:
+        return None
+    return repository
+
+
 class _LakeFSXComLink(BaseOperatorLink):
     """A link built from one XCom value of the try and the operator's repository and connection."""
 
@@ -99,7 +110,7 @@ class _LakeFSXComLink(BaseOperatorLink):
         :param ti_key: the task instance (key) whose XCom is read.
         """
         value = _reported(operator, ti_key, self.source_key)
-        repository = getattr(operator, "repository", None)
+        repository = _repository(operator, ti_key)
         if not value or not repository:
             return ""
         return self._build(_ui_base(operator), str(repository), str(value))
@@ -133,7 +144,7 @@ class LakeFSOutputLink(_LakeFSXComLink):
         :param ti_key: the task instance (key) whose XCom is read.
         """
         value = _reported(operator, ti_key, self.source_key)
-        repository = getattr(operator, "repository", None)
+        repository = _repository(operator, ti_key)
         if not value or not repository:
             return ""
         prefixes = getattr(operator, "output_prefixes", None) or []
@@ -161,7 +172,7 @@ class LakeFSStagingLink(_LakeFSXComLink):
         :param ti_key: the task instance (key) whose XCom is read.
         """
         staged = _reported(operator, ti_key, "staged_commit")
-        repository = getattr(operator, "repository", None)
+        repository = _repository(operator, ti_key)
         if staged and repository:
             return commit_url(_ui_base(operator), str(repository), str(staged))
         return super().get_link(operator, ti_key=ti_key)

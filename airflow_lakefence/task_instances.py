@@ -228,6 +228,28 @@ def xcom_value(ti_key: Any, name: str) -> Any:
     return XCom.get_value(ti_key=ti_key, key=name)
 
 
+def rendered_field(ti_key: Any, name: str) -> Any:
+    """The value the try of ``ti_key`` rendered for its templated field ``name``, or None.
+
+    Airflow 2's webserver asks an operator link with the task as the DAG file declares it (templates
+    not rendered); the rendered values are in the try's rendered-fields record. Airflow 3 asks the
+    links with the rendered task when the try ends, so nothing needs this there.
+
+    :param ti_key: the task instance's key, as Airflow hands it to an operator link.
+    :param name: the field.
+    """
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = TaskInstance.get_task_instance(
+            ti_key.dag_id, ti_key.run_id, ti_key.task_id, map_index=ti_key.map_index, session=session
+        )
+        fields = None if ti is None else RenderedTaskInstanceFields.get_templated_fields(ti, session=session)
+    return (fields or {}).get(name)
+
+
 def task_state(ti: Any, key: PublicationKey) -> str | None:
     """The current state of the task instance of ``key``, asked through ``ti`` (one call).
 

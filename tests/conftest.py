@@ -9,6 +9,7 @@ in ``tests/real_lakefs`` and started by :func:`lakefence_real_lakefs`), or both.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -45,6 +46,10 @@ os.environ.update(
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
 )
+if importlib.metadata.version("apache-airflow").startswith("2."):
+    # Airflow 2 refuses its LocalExecutor (the unit-test configuration's) on SQLite where a task asks
+    # for the executor (a sensor in reschedule mode); dag.test() runs the tasks itself either way.
+    os.environ["AIRFLOW__CORE__EXECUTOR"] = "SequentialExecutor"
 # The Spark provider runs `spark-submit` from PATH: use this interpreter's environment's.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 # Real lakeFS is built from the project's pinned wrapper module (go.mod/go.sum checked in).

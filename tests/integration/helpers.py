@@ -126,7 +126,15 @@ def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
 
         with create_session() as session:
             rows = session.query(XCom).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
-            return {row.key: row.value for row in rows}
+            values = {row.key: row.value for row in rows}
+        # Airflow 3 stores each extra link's URL as an XCom "_link_<class>" when the task ends; Airflow 2's
+        # webserver asks the link itself: ask it the same way, under the same key.
+        dag = getattr(dag_run, "dag", None)
+        if dag is not None and dag.has_task(task_id):
+            task, ti = dag.get_task(task_id), dag_run.get_task_instance(task_id)
+            for link in task.operator_extra_links:
+                values[f"_link_{type(link).__name__}"] = link.get_link(task, ti_key=ti.key)
+        return values
     with create_session() as session:
         rows = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).all()
         return {row.key: XComModel.deserialize_value(row) for row in rows}

@@ -53,19 +53,29 @@ def after(
         thread.join(timeout=30)
 
 
+def _reschedules(session: Any, ti: Any) -> int:
+    """How many reschedules ``ti`` recorded: Airflow 3 keys them by the task instance's id, Airflow 2
+    (no such id) by its dag, task, run and map index."""
+    from airflow.models.taskreschedule import TaskReschedule
+
+    if hasattr(TaskReschedule, "ti_id"):
+        return int(session.query(TaskReschedule).filter_by(ti_id=ti.id).count())
+    return int(
+        session.query(TaskReschedule)
+        .filter_by(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
+        .count()
+    )
+
+
 def waited_how(dag_run: Any, task_id: str = "sense") -> dict[str, Any]:
     """How a sensor task instance waited: ``deferred`` (it went through a trigger) and the number of
     ``reschedules`` recorded."""
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.taskreschedule import TaskReschedule
     from airflow.utils.session import create_session
 
     with create_session() as session:
         ti = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id).one()
-        return {
-            "deferred": ti.trigger_id is not None,
-            "reschedules": session.query(TaskReschedule).filter_by(ti_id=ti.id).count(),
-        }
+        return {"deferred": ti.trigger_id is not None, "reschedules": _reschedules(session, ti)}
 
 
 def sensor_waits(dag_id: str, how: str, task_id: str = "sense") -> Callable[[], bool]:
@@ -73,7 +83,6 @@ def sensor_waits(dag_id: str, how: str, task_id: str = "sense") -> Callable[[], 
 
     def check() -> bool:
         from airflow.models.taskinstance import TaskInstance
-        from airflow.models.taskreschedule import TaskReschedule
         from airflow.utils.session import create_session
 
         with create_session() as session:
@@ -87,6 +96,6 @@ def sensor_waits(dag_id: str, how: str, task_id: str = "sense") -> Callable[[], 
                 return False
             if how == "deferred":
                 return ti.trigger_id is not None
-            return session.query(TaskReschedule).filter_by(ti_id=ti.id).count() > 0
+            return _reschedules(session, ti) > 0
 
     return check
