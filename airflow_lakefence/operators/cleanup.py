@@ -279,7 +279,8 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
 
     def _previous_memory(self, key: str) -> dict[str, tuple[str, float]]:
         try:
-            raw = Variable.get(key, default=None)
+            # The default positionally: Airflow 3's Variable.get calls it ``default``, Airflow 2's ``default_var``.
+            raw = Variable.get(key, None)
         except Exception as exc:  # whatever failed, an empty memory only ever delays a deletion
             self.log.warning("could not read the cleaner memory %s (%s): every branch is new to this run", key, exc)
             return {}

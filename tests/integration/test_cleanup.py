@@ -3,6 +3,7 @@ that failed, a fence violation), a live attempt's branch, real Airflow states, r
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import time
 from typing import Any
@@ -187,7 +188,11 @@ def test_keeps_a_live_attempts_branch(
     live = xcoms(dr, "publish")["staging_branch"]
     deleted, kept = by_branch(results[0]["deleted"]), by_branch(results[0]["kept"])
     assert set(deleted) == set(dead)
-    assert set(kept) == {live} and "running" in kept[live]["reason"]
+    assert set(kept) == {live}
+    # Airflow 2's dag.test() runs the try without committing its running state (a worker commits it
+    # first): the cleaner sees the live try as scheduled there, and keeps its branch all the same.
+    state = "scheduled" if importlib.metadata.version("apache-airflow").startswith("2.") else "running"
+    assert state in kept[live]["reason"], kept[live]["reason"]
     assert staging_branches(repo) == []  # the live attempt deleted its own branch when done
 
 
