@@ -3,7 +3,6 @@ lakeFS call counts from the local server's request counters."""
 
 from __future__ import annotations
 
-import importlib.metadata
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,13 +15,6 @@ from tests.integration.sensor_helpers import after, sensor_waits, waited_how
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn")
 
-#: Airflow 2's dag.test() runs a deferred task's trigger inline and records nothing of the deferral
-#: while it waits, so these tests cannot act once the sensor has deferred (a worker with a triggerer
-#: defers as on Airflow 3; that path is not tested here on 2.11).
-waits_for_the_deferral = pytest.mark.skipif(
-    importlib.metadata.version("apache-airflow").startswith("2."),
-    reason="Airflow 2's dag.test() runs the trigger inline: no deferral to wait for",
-)
 
 
 def test_commit_sensor_sees_a_new_commit_with_two_calls(
@@ -66,7 +58,6 @@ def test_commit_sensor_prefix_ignores_other_paths(
     assert lakefence_controls.counts() == {"getCommit": 1, "diffRefs": 1}
 
 
-@waits_for_the_deferral
 def test_commit_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, seed = seeded
     made: list[str] = []
@@ -133,13 +124,11 @@ def _late_commit_fires_the_deferred_sensor(
     return made[0]
 
 
-@waits_for_the_deferral
 def test_file_sensor_deferred(sensors: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, _ = seeded
     _late_commit_fires_the_deferred_sensor(sensors, repo, "file_deferred", {"path": "late/x.txt"}, {"late/x.txt": "x"})
 
 
-@waits_for_the_deferral
 def test_prefix_file_sensor_deferred(
     sensors: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
