@@ -46,7 +46,9 @@ os.environ.update(
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
 )
-if importlib.metadata.version("apache-airflow").startswith("2."):
+#: Airflow 2 (2.11) runs the protocol tiers too (tox -e airflow211): where its dag.test() differs.
+AIRFLOW_2 = importlib.metadata.version("apache-airflow").startswith("2.")
+if AIRFLOW_2:
     # Airflow 2 refuses its LocalExecutor (the unit-test configuration's) on SQLite where a task asks
     # for the executor (a sensor in reschedule mode); dag.test() runs the tasks itself either way.
     os.environ["AIRFLOW__CORE__EXECUTOR"] = "SequentialExecutor"

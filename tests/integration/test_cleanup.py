@@ -3,7 +3,6 @@ that failed, a fence violation), a live attempt's branch, real Airflow states, r
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.operators.cleanup import memory_variable_key
+from tests.conftest import AIRFLOW_2
 from tests.integration.helpers import commit_files, publish_conf, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
@@ -191,7 +191,7 @@ def test_keeps_a_live_attempts_branch(
     assert set(kept) == {live}
     # Airflow 2's dag.test() runs the try without committing its running state (a worker commits it
     # first): the cleaner sees the live try as scheduled there, and keeps its branch all the same.
-    state = "scheduled" if importlib.metadata.version("apache-airflow").startswith("2.") else "running"
+    state = "scheduled" if AIRFLOW_2 else "running"
     assert state in kept[live]["reason"], kept[live]["reason"]
     assert staging_branches(repo) == []  # the live attempt deleted its own branch when done
 
