@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,13 +148,20 @@ class PublishEngine:
         superseded = self._check_before_job(target_head, input_commit, attempt, tell)  # step 1: the target
         area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
         evidence.remove_earlier_branches(attempt, staging)  # step 3
-        area.create(staging, input_commit)
+        # The pin and the hard fence's check need nothing from the staging branch, nor it from them:
+        # all three are sent side by side (one round trip), and the job starts only once all landed.
+        pinning = in_background(self._pin, pinned, input_commit)
+        checking = in_background(publisher.check_hard_fence, input_commit, target_head)
         try:
-            if pinned is None:
-                with guard.run_state_may_be_archived("before the job", staging):
-                    pin_input(self.run_state, req.input_ref, input_commit)
+            area.create(staging, input_commit)
+        except BaseException:
+            _settle(pinning, checking)
+            raise
+        try:
+            with guard.run_state_may_be_archived("before the job", staging):
+                pinning.result()
             tell.staging_created(staging)
-            fence = publisher.check_hard_fence(input_commit, target_head)
+            fence = checking.result()
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
@@ -180,6 +188,11 @@ class PublishEngine:
         finally:
             if not evidence.kept(staging):
                 guard.delete_quietly(staging)  # step 12: delete S
+
+    def _pin(self, pinned: str | None, input_commit: str) -> None:
+        """Step 1: pin the input for every later try of the run, unless an earlier try pinned it."""
+        if pinned is None:
+            pin_input(self.run_state, self.request.input_ref, input_commit)
 
     def _arm(self, guard: AttemptGuard) -> tuple[AttemptId, str, HeadState, str | None]:
         """Steps 1 and 2: read the target while arming the attempt fence; the input an earlier try pinned."""
@@ -234,10 +247,14 @@ class PublishEngine:
         # is an abandoned one, which the new try replaces.
         guard.ensure_current("before reporting", staging)
         replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
-        with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
-            record_publication(self.run_state, published.output_ref, attempt.try_number, decision.action.value)
-        # Step 12's delete of S runs while the outcome is reported (each XCom push is a request to
-        # the API server): nothing from here on keeps S, and the try waits for the delete.
+        # Step 12's three writes go side by side: the run-state record of what this try reports (for
+        # a later try of the run), the delete of S (nothing from here on keeps S) and the XCom pushes
+        # (requests to the API server). None gates another: the publication has landed and been
+        # verified, and the try succeeds only once all three are done (a record that failed fails
+        # the try, as before: the next try then finds the publication unreported, i.e. abandoned).
+        recording = in_background(
+            record_publication, self.run_state, published.output_ref, attempt.try_number, decision.action.value
+        )
         deleting = guard.delete_in_background(staging)
         try:
             evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
@@ -255,8 +272,12 @@ class PublishEngine:
                 delta_versions={t.root: t.published_version for t in tables},
             )
             tell.published(result)  # step 12
-        finally:
-            deleting.result()
+        except BaseException:
+            _settle(recording, deleting)
+            raise
+        deleting.result()
+        with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
+            recording.result()
         return result
 
     def _parts(self) -> tuple[AttemptGuard, StagingArea, Publisher, Evidence]:
@@ -326,6 +347,15 @@ class PublishEngine:
         result = PublishResult(input_commit, DECISION_READ_ONLY, input_commit, None, None, "read-only attempt")
         reporter.published(result)
         return result
+
+
+def _settle(*futures: Future[Any]) -> None:
+    """Wait for background calls whose outcome no longer matters (an error is being raised already)."""
+    for future in futures:
+        try:
+            future.result()
+        except BaseException:  # the error already raised is the one reported
+            pass
 
 
 def _superseding_reason(superseded: dict[str, object] | None, action: Action) -> str:

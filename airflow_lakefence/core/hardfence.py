@@ -321,11 +321,15 @@ class HardFenceStatus:
     :param intact: the staged commit keeps the input's action file unchanged, so a merge lakeFS
         accepted needs no verification after acting (and vouches for the fence in its metadata).
     :param version: the installed fence's version, ``None`` when none.
+    :param vouch: see the attribute.
     """
 
     relied_on: bool = False
     intact: bool = False
     version: int | None = None
+    #: the fence the publication's metadata vouches for (``0``: none installed) when the input's
+    #: action file was judged and the staged commit keeps it unchanged; ``None``: vouch for nothing
+    vouch: int | None = None
 
     def after_writing(self, paths: Iterable[str], actions_dir: str) -> HardFenceStatus:
         """The status once the job wrote ``paths``: one under the actions' directory voids ``intact``.
@@ -333,7 +337,7 @@ class HardFenceStatus:
         :param paths: object paths the job wrote.
         :param actions_dir: the actions' directory (``_lakefs_actions/``).
         """
-        if not self.intact or not any(p.startswith(actions_dir) for p in paths):
+        if (not self.intact and self.vouch is None) or not any(p.startswith(actions_dir) for p in paths):
             return self
         return HardFenceStatus(self.relied_on, False, self.version)
 
@@ -504,9 +508,10 @@ def fence_vouch_metadata(version: int) -> dict[str, str]:
     """Return the merge metadata with which a publication vouches for the hard fence in its tree.
 
     Only for a merge that names its expected head and whose source changed nothing under
-    ``_lakefs_actions/``: its tree then holds the input's action file, which was version ``version``.
+    ``_lakefs_actions/``: its tree then holds the input's action file, which was version ``version``
+    (``0``: the input had no action file, so neither has the publication).
 
-    :param version: the version of the fence on the publication's input.
+    :param version: the version of the fence on the publication's input, ``0`` for none.
     """
     return {FENCE_KEY: str(version)}
 
@@ -538,6 +543,8 @@ def vouched_check(
     if not value.isdigit():
         return None
     version = int(value)
+    if version == 0:  # the publication's input had no action file, and its source added none
+        return check_action(None, where=where)
     if version in LUA_SCRIPTS:
         return check_action(render_action(version), where=where)
     if version > HARD_FENCE_VERSION:  # a newer package's fence: judged as its file would be

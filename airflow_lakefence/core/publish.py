@@ -35,6 +35,7 @@ from airflow_lakefence.core.guard import AttemptGuard
 from airflow_lakefence.core.hardfence import (
     ACTION_PATH,
     NO_HARD_FENCE,
+    FenceStatus,
     HardFenceStatus,
     check_ref,
     expected_head_metadata,
@@ -151,9 +152,15 @@ class Publisher:
         # acting.
         prefixes = self.request.prefixes
         inside = any(p.startswith(_ACTIONS_DIR) for p in prefixes)
-        intact = relied_on and not (inside or (self.request.write_mode == "direct" and not prefixes))
+        untouched = not (inside or (self.request.write_mode == "direct" and not prefixes))
+        intact = relied_on and untouched
+        # A publication that keeps the input's actions' directory vouches for what the check found,
+        # the fence's version or none at all, so the next attempt built on it needs no read.
+        vouch = None
+        if untouched:
+            vouch = check.installed_version if relied_on else 0 if check.status is FenceStatus.MISSING else None
         self.log.info("Hard fence: %s", check.message)
-        return HardFenceStatus(relied_on, intact, check.installed_version)
+        return HardFenceStatus(relied_on, intact, check.installed_version, vouch)
 
     @staticmethod
     def note_written(status: HardFenceStatus, paths: Iterable[str]) -> HardFenceStatus:
@@ -354,10 +361,10 @@ class BranchPublish:
 
     def _merge(self, pub: _Publishing) -> str:
         attempt, staging, input_commit, staged, fence, head, metadata = pub
-        if fence.intact and fence.version is not None:
-            # The publication's tree keeps the input's action file: the next attempt that builds on
-            # it learns the fence from its metadata, without reading the file.
-            metadata = {**metadata, **fence_vouch_metadata(fence.version)}
+        if fence.vouch is not None:
+            # The publication's tree keeps the input's actions' directory: the next attempt that
+            # builds on it learns the fence (or that there is none) from its metadata, without a read.
+            metadata = {**metadata, **fence_vouch_metadata(fence.vouch)}
         merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
         failpoints.hit("after_publish_action")
         if not fence.intact:  # else lakeFS checked the first parent before the branch moved

@@ -82,9 +82,10 @@ class PublishOptions:
     One object may serve many tasks: the operator never changes it (``workspace_dir`` is rendered
     into the task's own copy).
 
-    :param hard_fence: ``off``, ``auto`` or ``require``: rely on the hard fence (a lakeFS pre-merge
-        hook installed with ``python -m airflow_lakefence.hardfence install``) when the input commit
-        carries it, and with ``require`` fail before the job when it does not (docs/hard-fence.md).
+    :param hard_fence: ``auto`` (the default), ``off`` or ``require``: rely on the hard fence (a
+        lakeFS pre-merge hook installed with ``python -m airflow_lakefence.hardfence install``) when
+        the input commit carries it, and with ``require`` fail before the job when it does not
+        (docs/hard-fence.md). ``off`` never looks for it.
     :param publish_budget: refuse to start publishing when less of ``execution_timeout`` remains
         (a ``timedelta`` or seconds; smaller than ``execution_timeout``).
     :param replace_by_merge: replace an abandoned publication by merges instead of a hard reset
@@ -98,7 +99,7 @@ class PublishOptions:
     :param stale_grace_period: seconds to wait for the supervisor's kill when the attempt is stale.
     """
 
-    hard_fence: str = "off"
+    hard_fence: str = "auto"
     publish_budget: timedelta | float | None = None
     replace_by_merge: bool = False
     workspace_dir: str | None = None
@@ -130,9 +131,10 @@ class PublishRequest:
     :param allow_empty_workspace: accept a job that wrote no file.
     :param publish_budget: seconds the publish needs; refused when less remains before ``deadline``.
     :param deadline: the ``time.monotonic()`` at which the task will be killed, if any.
-    :param hard_fence: ``off`` (the soft fence only), ``auto`` (rely on the hard fence when the input
-        commit carries it: one extra read before the job) or ``require`` (fail before the job when it
-        does not); docs/hard-fence.md.
+    :param hard_fence: ``auto`` (the default: rely on the hard fence when the input commit carries
+        it; the target's HEAD usually says so in its metadata, else one read before the job, sent
+        beside the staging branch's creation), ``off`` (the soft fence only) or ``require`` (fail
+        before the job when the input does not carry it); docs/hard-fence.md.
     :param replace_by_merge: replace or relocate an abandoned publication by merges instead of a hard
         reset (done anyway when the target is protected).
     :param fence_scope: ``branch`` (the default: the publish fence covers the whole target branch) or
@@ -160,7 +162,7 @@ class PublishRequest:
     allow_empty_workspace: bool = False
     publish_budget: float | None = None
     deadline: float | None = None
-    hard_fence: str = "off"
+    hard_fence: str = "auto"
     replace_by_merge: bool = False
     fence_scope: str = "branch"
     input_prefixes: Sequence[str] | None = None

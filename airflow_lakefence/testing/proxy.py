@@ -185,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
             if name == "counts" and method == "DELETE":
                 controls.reset_counts()
                 return self._send_json(204, None)
+            if name == "rounds" and method == "GET":
+                return self._send_json(200, {"rounds": controls.rounds()})
             if name == "stats" and method == "GET":
                 return self._send_json(200, controls.stats())
             if name == "latency" and method == "GET":
@@ -213,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- forwarding --------------------------------------------------------------------------
 
-    def _apply(self, faults: list[Fault], call: Call, drain: bool) -> bool:
+    def _apply(self, faults: list[Fault], call: Call, drain: bool, answer: Any = None) -> bool:
         """Run fired faults; return whether an answer was sent instead of lakeFS's.
 
         :raises _Dropped: for a drop.
@@ -228,6 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.status is not None:
                 if drain:
                     self._drain()
+                if answer is not None:
+                    answer()
                 self._send_json(fault.status, {"message": "injected fault"})
                 return True
         return False
@@ -236,19 +240,36 @@ class _Handler(BaseHTTPRequestHandler):
         controls = self.server.controls
         operation = operation_of(self.command, self.path)
         fired: list[Fault] = []
-        if operation is not None:
-            fired = controls.record_call(operation)
+        if operation is None:
+            return self._proxy_counted(None, [])
+        fired = controls.record_call(operation)
+        answered = [False]
+
+        def answer() -> None:
+            # Before the answer is relayed: the client cannot send its next request earlier.
+            if not answered[0]:
+                answered[0] = True
+                controls.end_call()
+
+        try:
             latency = controls.latency()
             if latency:
                 time.sleep(latency)
+            self._proxy_counted(operation, fired, answer)
+        finally:
+            answer()
+
+    def _proxy_counted(self, operation: str | None, fired: list[Fault], answer: Any = None) -> None:
         call = Call(operation or "", self.command, self.path)
-        if self._apply([f for f in fired if f.when == "before"], call, drain=True):
+        if self._apply([f for f in fired if f.when == "before"], call, drain=True, answer=answer):
             return
         response = self._forward()
+        if answer is not None:
+            answer()
         after = [f for f in fired if f.when == "after"]
         if after:
             body = response.read()  # lakeFS processed the request: its answer is complete
-            if self._apply(after, Call(call.operation, call.method, call.path, response.status), drain=False):
+            if self._apply(after, Call(call.operation, call.method, call.path, response.status), drain=False, answer=answer):
                 if response.will_close:
                     self._close_upstream()
                 return

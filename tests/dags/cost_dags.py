@@ -86,6 +86,8 @@ hf_off_by_merge_dag = _hard_fence_dag("lf_cost_hf_off_by_merge", hard_fence="off
 hf_require_dag = _hard_fence_dag("lf_cost_hf_require", hard_fence="require")
 hf_require_by_merge_dag = _hard_fence_dag("lf_cost_hf_require_by_merge", hard_fence="require", replace_by_merge=True)
 hf_require_once_dag = _hard_fence_dag("lf_cost_hf_require_once", retries=0, hard_fence="require")
+# The default (hard_fence="auto"): the hard fence wherever the input carries it.
+hf_default_dag = _hard_fence_dag("lf_cost_hf_default", retries=0)
 
 # The scoped fence (docs/howto/many-writers.md): the write set ``out/``, published onto a target that
 # moved past the input outside it; the soft fence, and the hard fence v2 on the input.

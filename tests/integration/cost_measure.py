@@ -169,6 +169,12 @@ class Mark:
     try_number: int
     lakefs: Counter[str]
     airflow: Counter[str]
+    rounds: int = 0
+
+
+#: Latency the proxy adds to every lakeFS request while a scenario runs: calls sent side by side
+#: then meet in the proxy for sure, so its serial round trips count them as one.
+ROUND_LATENCY = 0.03
 
 
 @dataclass
@@ -179,6 +185,12 @@ class Attempt:
     after: dict[str, int]
     fence_checks: list[dict[str, int]] = field(default_factory=list)
     fence_arm: dict[str, int] = field(default_factory=dict)
+    #: serial round trips to lakeFS before and after the job (calls sent side by side count once)
+    rounds_before: int = 0
+    rounds_after: int = 0
+    #: of ``rounds_after``, those from the staged commit on (the publish and the report; the job's
+    #: uploads in workspace mode come before it)
+    rounds_published: int = 0
 
     @property
     def total(self) -> int:
@@ -195,7 +207,9 @@ class Probe:
         self.marks: list[Mark] = []
 
     def mark(self, label: str, try_number: int) -> None:
-        self.marks.append(Mark(label, try_number, Counter(self.controls.counts()), Counter(self.api_calls)))
+        self.marks.append(
+            Mark(label, try_number, Counter(self.controls.counts()), Counter(self.api_calls), self.controls.rounds())
+        )
 
     def attempts(self) -> dict[int, Attempt]:
         """The calls of every try; a try ends where the next one starts (or at the ``end`` mark)."""
@@ -208,6 +222,9 @@ class Probe:
             start, end = span[0], span[-1]
             job = by_label.get("after_job", end)
             attempt = Attempt(dict(job.lakefs - start.lakefs), dict(end.lakefs - job.lakefs))
+            attempt.rounds_before, attempt.rounds_after = job.rounds - start.rounds, end.rounds - job.rounds
+            if "after_stage" in by_label:
+                attempt.rounds_published = end.rounds - by_label["after_stage"].rounds
             attempt.fence_arm = {k: v for k, v in (job.airflow - start.airflow).items() if k in self.fence_messages}
             spans = (("after_job", "after_fence_1"), ("after_stage", "after_fence_2"), ("after_verify", "after_xcom"))
             for a, b in spans:
@@ -343,7 +360,11 @@ def run_publish(
     conf["job"] = job or {}
     if scenario.files_by_try:
         conf["files_by_try"] = {str(n): files for n, files in scenario.files_by_try.items()}
-    dag_run = run_dag(dag, conf)
+    controls.set_latency(ROUND_LATENCY)
+    try:
+        dag_run = run_dag(dag, conf)
+    finally:
+        controls.set_latency(0)
     probe.mark("end", 0)
     return Run(
         dag_run, input_commit, target, probe.attempts(), xcoms(dag_run, "publish"), published, foreign, probe.marks

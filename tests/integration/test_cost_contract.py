@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, is_chain_link
+from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, FENCE_KEY, HARD_FENCE_VERSION, is_chain_link
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.metadata import decode_metadata
 from airflow_lakefence.core.naming import staging_branch_prefix
@@ -61,7 +61,11 @@ MAX_DEPTH = 1000
 POINTS = [(1, 1), (100, 1), (1000, 1), (1000, 100), (1000, 10_000)]
 POINT_IDS = [f"depth{d}-objects{n}" for d, n in POINTS]
 
-_BEFORE = {"getCommit": 1, "createBranch": 1}  # target HEAD (early fence), staging branch from input
+#: The target's HEAD (the early fence, beside the attempt fence's arming), then the staging branch
+#: from the input and, with ``hard_fence="auto"`` (the default), the input's action file (beside it:
+#: one round trip; none when the target's HEAD is the input and vouches for its fence, or for none).
+_BEFORE_OFF = {"getCommit": 1, "createBranch": 1}  # hard_fence="off", or a HEAD that vouches
+_BEFORE = {**_BEFORE_OFF, "getObject": 1}
 #: + earlier tries' staging branches, and the run state's records (one listing: the pin, the
 #: reported publication, the evidence list; a first try reads none: no earlier try wrote any).
 _BEFORE_RETRY = {**_BEFORE, "listBranches": 1, "listObjects": 1}
@@ -86,9 +90,25 @@ CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     # write (the merge base proves the input an ancestor of the target, not another branch's commit).
     "fail_closed_before_job": ({"getCommit": 1, "findMergeBase": 1}, {}),
 }
-#: The targets with the run state's record (8 and 5 without it); a retry may read the run state once more.
-MAX_CALLS_PER_ATTEMPT = 9
+#: decision -> serial round trips to lakeFS (before the Spark job, after it), the run state's record
+#: included: calls sent side by side (the staging branch's creation and the fence's read; the record
+#: and the staging branch's delete, beside the XCom pushes) count once. At a network round trip of
+#: ``r`` a publish's lakeFS time is about ``(before + after) * r``.
+SERIAL: dict[str, tuple[int, int]] = {
+    "merge": (2, 5),
+    "noop": (2, 4),
+    "replace": (4, 5),
+    "relocate": (4, 6),
+    "fail_closed": (2, 4),
+    "fail_closed_before_job": (2, 0),
+}
+#: The targets with the run state's record (9 and 5 without it); a retry may read the run state once more.
+MAX_CALLS_PER_ATTEMPT = 10
 MAX_CALLS_AFTER_JOB = 6
+#: Serial round trips per attempt (a retry's listings of earlier tries' branches and of the run
+#: state are two more).
+MAX_ROUNDS_PER_ATTEMPT = 7
+RETRY_ROUNDS = 2
 #: Execution-API requests of the attempt fence: one to arm it, two per check.
 FENCE_MESSAGES = ("SetTaskStateStore", "GetTaskStateStore", "GetTaskStates")
 FENCE_CHECK = {"GetTaskStateStore": 1, "GetTaskStates": 1}
@@ -108,10 +128,11 @@ REPORT_RECORD: dict[str, int] = {}
 #: is the input and vouches for its fence (the installer's merge, or an intact publication): a first
 #: try on the fenced input costs what the soft fence does; a retry over an earlier try's
 #: publication (HEAD is not the input) reads the file.
-HF_BEFORE = {"soft": _BEFORE, "hard": _BEFORE}
-HF_BEFORE_RETRY = {"soft": _BEFORE_RETRY, "hard": {**_BEFORE_RETRY, "getObject": 1}}
+_BEFORE_RETRY_OFF = {**_BEFORE_OFF, "listBranches": 1, "listObjects": 1}
+HF_BEFORE = {"soft": _BEFORE_OFF, "hard": _BEFORE_OFF}
+HF_BEFORE_RETRY = {"soft": _BEFORE_RETRY_OFF, "hard": _BEFORE_RETRY}
 #: A retry whose target HEAD is the input again (an earlier try's publication not there yet).
-HF_BEFORE_RETRY_ON_INPUT = {"soft": _BEFORE_RETRY, "hard": _BEFORE_RETRY}
+HF_BEFORE_RETRY_ON_INPUT = {"soft": _BEFORE_RETRY_OFF, "hard": _BEFORE_RETRY_OFF}
 #: What a merge-only replacement adds to its merges: createBranch and revertBranch (the temporary
 #: branch from the abandoned publication), deleteBranch of it (besides the staging branch's).
 _BY_MERGES = {"createBranch": 1, "revertBranch": 1, "deleteBranch": 2}
@@ -173,6 +194,28 @@ HARD_FENCE_CONTRACT: dict[tuple[str, str], dict[str, int]] = {
         "mergeIntoBranch": 1,
         **_BY_MERGES,
     },
+}
+
+#: (decision, soft|hard) -> serial round trips from the staged commit on (the publish, the report
+#: record beside the staging branch's delete; for a try that dies after publishing, the delete
+#: alone). Before the job: 2 on a first try (the target's HEAD; the staging branch beside the
+#: fence's read), 4 on a retry (the earlier tries' branches and the run state are listed first).
+HARD_FENCE_SERIAL: dict[tuple[str, str], int] = {
+    ("merge", "soft"): 4,
+    ("merge", "hard"): 2,
+    ("noop", "hard"): 2,
+    ("fail_closed", "hard"): 4,
+    ("replace_after_refusal", "hard"): 5,
+    ("replace", "hard"): 4,
+    ("relocate", "hard"): 4,
+    ("replace_by_merge", "soft"): 8,
+    ("replace_by_merge", "hard"): 6,
+    ("relocate_by_merge", "soft"): 7,
+    ("relocate_by_merge", "hard"): 5,
+    ("replace_protected", "soft"): 9,
+    ("replace_protected", "hard"): 8,
+    ("relocate_protected", "soft"): 8,
+    ("relocate_protected", "hard"): 7,
 }
 
 
@@ -242,9 +285,13 @@ def assert_contract(attempt: Attempt, decision: str, over: int = 0, *, recorded:
     before, after = CONTRACT[decision]
     after = plus(after, _RECORD if recorded else {})
     assert (attempt.before, attempt.after) == (before, after)
+    # A try that dies after publishing writes no record: its staging branch's delete is its last round.
+    assert (attempt.rounds_before, attempt.rounds_after) == SERIAL[decision], decision
     retry = RUN_STATE_READ if "listBranches" in before else 0
     assert attempt.total <= MAX_CALLS_PER_ATTEMPT + over + retry
     assert sum(attempt.after.values()) <= MAX_CALLS_AFTER_JOB + over
+    retry_rounds = RETRY_ROUNDS if retry else 0
+    assert attempt.rounds_before + attempt.rounds_after <= MAX_ROUNDS_PER_ATTEMPT + over + retry_rounds
 
 
 def assert_fence_cost(attempt: Attempt, checks: int = 3, arm: dict[str, int] = ARM_FIRST_TRY) -> None:
@@ -460,6 +507,7 @@ def assert_hard_fence_row(
     uploads: int,
     head_is_input: bool | None = None,
     recorded: bool = True,
+    before: dict[str, int] | None = None,
 ) -> None:
     """The lakeFS calls of ``attempt`` are exactly the hard-fence table's row (plus its uploads).
 
@@ -467,11 +515,14 @@ def assert_hard_fence_row(
     not on a retry, whose HEAD is an earlier try's publication).
     """
     on_input = not retry if head_is_input is None else head_is_input
-    before = (HF_BEFORE if not retry else HF_BEFORE_RETRY_ON_INPUT if on_input else HF_BEFORE_RETRY)[fence]
+    if before is None:
+        before = (HF_BEFORE if not retry else HF_BEFORE_RETRY_ON_INPUT if on_input else HF_BEFORE_RETRY)[fence]
     after = plus(
         HARD_FENCE_CONTRACT[(decision, fence)], {"uploadObject": uploads + recorded} if uploads + recorded else {}
     )
     assert (attempt.before, attempt.after) == (before, after), (decision, fence)
+    assert attempt.rounds_before == (4 if retry else 2), (decision, fence)
+    assert attempt.rounds_published == HARD_FENCE_SERIAL[(decision, fence)], (decision, fence)
 
 
 #: Try 1 publishes two files and dies, try 2 publishes one (a replacement) and dies, try 3 writes
@@ -597,6 +648,37 @@ def test_hard_fence_table_replace_after_the_refusal(
     assert_hard_fence_row(run.attempts[2], "replace_after_refusal", "hard", retry=True, uploads=1, head_is_input=True)
 
 
+@pytest.mark.hard_fence
+@pytest.mark.parametrize("fence", ["soft", "hard"])
+def test_the_default_finds_the_hard_fence_and_remembers_it_on_the_target(
+    measure: Callable[..., Run], server: Backdoor, history: dict[int, str], fenced_history: dict[int, str], dags: Any,
+    fence: str,
+) -> None:
+    """``hard_fence="auto"`` (the default): a target that carries the hard fence gets its cheaper path
+    without asking; one without it costs one read beside the staging branch's creation, once. Each
+    publication vouches in its metadata for what it found (the fence's version, or none), so the next
+    day's run on it reads nothing."""
+    first_input = (fenced_history if fence == "hard" else history)[1]
+    day1 = measure(dags.hf_default_dag, first_input, Scenario(objects=0, files_by_try={1: {"out/a.txt": "day 1"}}))
+    assert day1.dag_run.state == "success" and day1.xcom["decision"] == "merge"
+    published = day1.xcom["output_ref"]
+    assert server.get_commit(day1.target).id == published
+    vouched = str(HARD_FENCE_VERSION) if fence == "hard" else "0"
+    assert server.get_commit(published).metadata[FENCE_KEY] == vouched
+    # Day 1 on the installer's merge (it vouches), or on a user's commit without the fence (one read).
+    day1_before = _BEFORE_OFF if fence == "hard" else _BEFORE
+    assert_hard_fence_row(day1.attempts[1], "merge", fence, retry=False, uploads=1, before=day1_before)
+    # Day 2 builds on day 1's publication: the fence (or its absence) is known from its metadata.
+    day2 = measure(
+        dags.hf_default_dag,
+        published,
+        Scenario(objects=0, target_from=published, files_by_try={1: {"out/a.txt": "day 2"}}),
+    )
+    assert day2.dag_run.state == "success" and day2.xcom["decision"] == "merge"
+    assert server.get_commit(day2.xcom["output_ref"]).parents[0] == published
+    assert_hard_fence_row(day2.attempts[1], "merge", fence, retry=False, uploads=1)
+
+
 # -- the scoped fence (docs/howto/many-writers.md) ---------------------------------------------
 
 #: Commits between the input and the target's HEAD that the scoped cost must be flat in.
@@ -610,9 +692,11 @@ SCOPED_MOVES = (1, 100, 1000)
 _SCOPED_OUTPUT = {"uploadObject": 1}
 #: ``output_mode="replace"`` lists what the input holds under the declared prefix before the job.
 _SCOPED_LISTING = {"listObjects": 1}
+#: fence -> serial round trips (before the job, from the staged commit on).
+SCOPED_SERIAL = {"soft": (4, 5), "hard": (4, 2)}
 SCOPED_CONTRACT: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "soft": (
-        {**_BEFORE, "findMergeBase": 1, **_SCOPED_LISTING},
+        {**_BEFORE_OFF, "findMergeBase": 1, **_SCOPED_LISTING},
         plus(CONTRACT["merge"][1], {"diffRefs": 1}, _SCOPED_OUTPUT, _RECORD),
     ),
     "hard": (
@@ -666,3 +750,4 @@ def test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix(
     assert server.count_objects(head.id, "out/") == 1 and server.count_objects(head.id, "other/") == 1
     before, after = SCOPED_CONTRACT[fence]
     assert (run.attempts[1].before, run.attempts[1].after) == (before, after)
+    assert (run.attempts[1].rounds_before, run.attempts[1].rounds_published) == SCOPED_SERIAL[fence]

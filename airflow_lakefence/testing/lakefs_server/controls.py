@@ -175,16 +175,37 @@ class Controls(_ControlsApi):
         # Each pending fault with the number of calls to its operation still to come before it fires.
         self._faults: list[tuple[Fault, int]] = []
         self._store = store
+        # Serial round trips: a request that starts while no other is in flight, after every earlier
+        # one was answered, opens a new round; one that overlaps another joins its round.
+        self._in_flight = 0
+        self._rounds = 0
 
     def counts(self) -> dict[str, int]:
         """Return the number of requests per operationId since the last reset."""
         return self._counts.snapshot()
 
     def reset_counts(self) -> None:
-        """Zero the request counts and the store's internal counters."""
+        """Zero the request counts, the serial round trips and the store's internal counters."""
         self._counts.clear()
+        with self._lock:
+            self._rounds = 0
         if self._store is not None:
             self._store.reset_stats()
+
+    def rounds(self) -> int:
+        """Return the serial round trips since the last reset: groups of requests in flight together.
+
+        A request opens a new round when it starts with no other request in flight; requests sent
+        side by side (threads) share one. Only meaningful with some latency (:meth:`set_latency`):
+        without it two parallel requests may not meet in the proxy.
+        """
+        with self._lock:
+            return self._rounds
+
+    def end_call(self) -> None:
+        """Mark one request counted by :meth:`record_call` as answered (before its answer is relayed)."""
+        with self._lock:
+            self._in_flight -= 1
 
     def stats(self) -> dict[str, int]:
         """Return server-internal counters (``commit_reads``, ``tree_rows_read``)."""
@@ -229,6 +250,9 @@ class Controls(_ControlsApi):
         pending: list[tuple[Fault, int]] = []
         with self._lock:
             self._counts.add(operation)
+            if self._in_flight == 0:
+                self._rounds += 1
+            self._in_flight += 1
             for fault, remaining in self._faults:
                 if fault.operation == operation:
                     remaining -= 1
@@ -272,6 +296,10 @@ class RemoteControls(_ControlsApi):
     def reset_counts(self) -> None:
         """Zero the request counts and the store's internal counters."""
         self._call("DELETE", "counts")
+
+    def rounds(self) -> int:
+        """Return the serial round trips since the last reset (see :meth:`Controls.rounds`)."""
+        return int(self._call("GET", "rounds")["rounds"])
 
     def stats(self) -> dict[str, int]:
         """Return server-internal counters."""
