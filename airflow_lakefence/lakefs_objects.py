@@ -331,6 +331,19 @@ class ObjectsMixin:
         :raises LakeFSNotFoundError: if the repository or ref does not exist.
         :raises LakeFSError: for any other failure.
         """
+        return {path: metadata for path, (metadata, _mtime) in self.list_records_dated(repository, ref, prefix).items()}
+
+    def list_records_dated(self, repository: str, ref: str, prefix: str) -> dict[str, tuple[dict[str, str], float]]:
+        """The objects under ``prefix`` at ``ref`` with their user metadata and their modification time
+        (epoch seconds: when each was written), one call per 1,000.
+
+        :param repository: the repository name.
+        :param ref: the ref.
+        :param prefix: the path prefix.
+        :return: ``{path: ({lower-case metadata key: value}, mtime)}``.
+        :raises LakeFSNotFoundError: if the repository or ref does not exist.
+        :raises LakeFSError: for any other failure.
+        """
         pages = self._paginate(
             "list_objects",
             f"records {prefix!r}* at {ref!r} in {repository!r}",
@@ -341,4 +354,7 @@ class ObjectsMixin:
             amount=1000,
             user_metadata=True,
         )
-        return {item.path: {str(k).lower(): str(v) for k, v in (item.metadata or {}).items()} for item in pages}
+        return {
+            item.path: ({str(k).lower(): str(v) for k, v in (item.metadata or {}).items()}, float(item.mtime or 0))
+            for item in pages
+        }

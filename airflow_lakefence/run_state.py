@@ -14,7 +14,9 @@ one call; the very first write into a repository also creates the branch (two mo
 
 What survives what: Airflow's retries, clears (with or without deleting the task's own state),
 mark success / failed and a worker's death touch nothing here; deleting the DAG run does not
-either (the records are small; ``LakeFSCleanupOperator``'s repository is where they can be read).
+either. Each record names its publication key in its metadata (:data:`RECORD_KEY_METADATA_KEY`), so
+the staging cleaner (``LakeFSStagingCleanupOperator(run_state_retention=...)``) can remove the
+records of runs that can no longer be retried or cleared (docs/abandoned-publications.md).
 """
 
 from __future__ import annotations
@@ -33,13 +35,28 @@ from airflow_lakefence.exceptions import (
 )
 from airflow_lakefence.lakefs_client import LakeFSClient
 
-__all__ = ["RECORD_METADATA_KEY", "RUN_STATE_BRANCH", "LakeFSRunState", "run_state_prefix", "task_run_state"]
+__all__ = [
+    "RECORD_KEY_METADATA_KEY",
+    "RECORD_METADATA_KEY",
+    "RUNS_PREFIX",
+    "RUN_STATE_BRANCH",
+    "LakeFSRunState",
+    "record_key",
+    "record_value",
+    "run_state_prefix",
+    "task_run_state",
+]
 
 #: The hidden branch holding every run's records in a repository (not a staging branch: the
 #: cleaner's ``<prefix>-`` listing never matches it).
 RUN_STATE_BRANCH = "_lakefence_run_state"
 #: The user-metadata key carrying a record's value (base64url of its JSON).
 RECORD_METADATA_KEY = "lakefence-record"
+#: The user-metadata key naming the record's publication key (base64url of the JSON list
+#: ``[dag_id, run_id, task_id, map_index]``): the cleaner asks Airflow about that task instance.
+RECORD_KEY_METADATA_KEY = "lakefence-key"
+#: Where every run's records live on :data:`RUN_STATE_BRANCH`.
+RUNS_PREFIX = "runs/"
 
 
 def run_state_prefix(key: PublicationKey) -> str:
@@ -50,21 +67,47 @@ def run_state_prefix(key: PublicationKey) -> str:
     digest = hashlib.sha256(
         json.dumps([key.dag_id, key.run_id, key.task_id, key.map_index]).encode("utf-8")
     ).hexdigest()[:40]
-    return f"runs/{digest}/"
+    return f"{RUNS_PREFIX}{digest}/"
 
 
 def _encode(value: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(value, sort_keys=True).encode("utf-8")).decode("ascii")
 
 
-def _decode(metadata: dict[str, str]) -> Any:
-    raw = metadata.get(RECORD_METADATA_KEY)
+def _decode(metadata: dict[str, str], name: str = RECORD_METADATA_KEY) -> Any:
+    raw = metadata.get(name)
     if raw is None:
         return None
     try:
         return json.loads(base64.urlsafe_b64decode(raw.encode("ascii")))
     except ValueError:
         return None
+
+
+def record_key(metadata: dict[str, str]) -> PublicationKey | None:
+    """The publication key a record names in its metadata; ``None`` for a record written before
+    records named it, or a malformed one.
+
+    :param metadata: the record's user metadata (lower-case keys).
+    """
+    value = _decode(metadata, RECORD_KEY_METADATA_KEY)
+    if not isinstance(value, list) or len(value) != 4:
+        return None
+    dag_id, run_id, task_id, map_index = value
+    if not (isinstance(dag_id, str) and isinstance(run_id, str) and isinstance(task_id, str)):
+        return None
+    if not isinstance(map_index, int) or isinstance(map_index, bool):
+        return None
+    key = PublicationKey(dag_id, run_id, task_id, map_index)
+    return key
+
+
+def record_value(metadata: dict[str, str]) -> Any:
+    """The value a record carries (``None`` when unreadable).
+
+    :param metadata: the record's user metadata (lower-case keys).
+    """
+    return _decode(metadata)
 
 
 class LakeFSRunState:
@@ -87,6 +130,7 @@ class LakeFSRunState:
         self.key = key
         self.source_branch = source_branch
         self.prefix = run_state_prefix(key)
+        self._key_metadata = _encode([key.dag_id, key.run_id, key.task_id, key.map_index])
         self._values: dict[str, Any] | None = {} if fresh else None
 
     def _load(self) -> dict[str, Any]:
@@ -123,7 +167,7 @@ class LakeFSRunState:
         :param value: a JSON-serializable value.
         :raises LakeFenceError: when lakeFS refuses or does not answer.
         """
-        metadata = {RECORD_METADATA_KEY: _encode(value)}
+        metadata = {RECORD_METADATA_KEY: _encode(value), RECORD_KEY_METADATA_KEY: self._key_metadata}
         path = self.prefix + key
         try:
             created = self._create(path, metadata)

@@ -353,3 +353,117 @@ def remember(
         seen = previous.get(branch.name)
         memory[branch.name] = seen if seen is not None and seen[0] == branch.head else (branch.head, now)
     return memory
+
+
+# -- the run state's records -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """The run-state records of one task instance's run, as the cleaner sees them.
+
+    :param prefix: their common path prefix (one per publication key).
+    :param paths: every record's path.
+    :param key: the publication key the records name, ``None`` when none does (written by an older
+        version of this package).
+    :param newest: when the newest of them was written, epoch seconds.
+    :param evidence: the staging branches the run's evidence records name.
+    """
+
+    prefix: str
+    paths: tuple[str, ...]
+    key: PublicationKey | None
+    newest: float
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunStateDecision:
+    """What the cleaner does with one run's records, and why.
+
+    :param prefix: the records' prefix.
+    :param delete: whether to delete them.
+    :param reason: one sentence.
+    :param key: the publication key, when named.
+    :param records: how many records.
+    """
+
+    prefix: str
+    delete: bool
+    reason: str
+    key: PublicationKey | None
+    records: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable description."""
+        result: dict[str, Any] = {"prefix": self.prefix, "reason": self.reason, "records": self.records}
+        if self.key is not None:
+            result.update(
+                dag_id=self.key.dag_id, run_id=self.key.run_id, task_id=self.key.task_id, map_index=self.key.map_index
+            )
+        return result
+
+
+def plan_run_state_cleanup(
+    runs: Sequence[RunRecords],
+    *,
+    states: Mapping[PublicationKey, str | None],
+    branches: Collection[str],
+    now: float,
+    retention: float,
+    delete_evidence: bool = False,
+) -> list[RunStateDecision]:
+    """Decide, for every run's records, whether to delete them.
+
+    A run's records (the input's pin, the publications its tries reported, its evidence list) are
+    what a later try or clear of the same task instance builds on, so they go only when no try can
+    come any more, by the staging branches' evidence rules:
+
+    1. **Young**: the newest record was written less than ``retention`` ago → keep (a run is
+       retried, cleared and re-run within the retention the user sets).
+    2. **Evidence**: an evidence record names a staging branch that still exists → keep, unless
+       ``delete_evidence`` (the list tells the cleaner and a later try whose evidence it is).
+    3. **Unidentified** (records that name no publication key) → delete: older than the retention,
+       of a run nobody can name.
+    4. **Ask Airflow**: not looked up → keep; running, deferred, up for reschedule, or waiting for a
+       try (scheduled, queued, up for retry, cleared) → keep: a try is coming that needs them; a state
+       this version does not know → keep (treated as alive); no such task instance (its run was
+       deleted) → delete: it can never be retried or cleared; success or a final failure → delete:
+       older than the retention, the user will not clear it any more.
+
+    :param runs: every run's records.
+    :param states: publication key → its task instance's normalised state, ``None`` when Airflow has
+        no such task instance; a key missing from the mapping was not looked up.
+    :param branches: the staging branches that exist now.
+    :param now: the current time, epoch seconds.
+    :param retention: seconds a run's records are kept after their newest one was written.
+    :param delete_evidence: also delete the records of runs whose evidence branches still exist.
+    :return: one decision per run, in the order given.
+    """
+    existing = frozenset(branches)
+
+    def decide(run: RunRecords) -> tuple[bool, str]:
+        age = now - run.newest
+        if age < retention:
+            return False, f"written {age:.0f}s ago, within the retention of {retention:.0f}s"
+        kept = sorted(set(run.evidence) & existing)
+        if kept and not delete_evidence:
+            return False, f"its evidence branch {kept[0]} still exists (delete_evidence=True deletes both)"
+        if run.key is None:
+            return True, f"names no task instance and is {age:.0f}s old (retention {retention:.0f}s)"
+        if run.key not in states:
+            return False, "its task instance's state was not looked up"
+        state = states[run.key]
+        if state is None:
+            return True, "its task instance no longer exists: it can never be retried or cleared"
+        if state in LIVE_STATES or state in PENDING_STATES:
+            return False, f"its task instance is {state}: a try may still need them"
+        if state == SUCCESS or state in FAILED_STATES:
+            return True, f"its task instance is {state} and the records are {age:.0f}s old (retention {retention:.0f}s)"
+        return False, f"its task instance is in state {state!r}, unknown here: treated as alive"
+
+    decisions = []
+    for run in runs:
+        delete, reason = decide(run)
+        decisions.append(RunStateDecision(run.prefix, delete, reason, run.key, len(run.paths)))
+    return decisions

@@ -13,17 +13,26 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseOperator, Variable
 
 from airflow_lakefence.core.cleanup import (
+    RunRecords,
     StagingBranch,
     inspect_branch,
     known_keys,
     plan_cleanup,
+    plan_run_state_cleanup,
     remember,
 )
+from airflow_lakefence.core.run_state import EVIDENCE_KEY as RUN_EVIDENCE_KEY
 from airflow_lakefence.core.keys import PublicationKey
 from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
+from airflow_lakefence.exceptions import (
+    InvalidInputError,
+    LakeFenceError,
+    LakeFSNotFoundError,
+    LakeFSRepositoryNotFoundError,
+)
 from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
 from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.run_state import RUN_STATE_BRANCH, RUNS_PREFIX, record_key, record_value
 from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
@@ -106,10 +115,21 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
     :func:`memory_variable_key` names (shared by every cleaner of the same connection, repository
     and prefix, dry runs included); each run also pushes it as XCom ``first_seen``.
 
+    With ``run_state_retention``, it also removes the run-state records (branch
+    ``_lakefence_run_state``: each fenced task instance's input pin, reported publications and
+    evidence list) of runs that can no longer be retried or cleared: records older than the retention
+    whose task instance succeeded or failed for good, or no longer exists, or that name none; never
+    while a try runs or is coming, nor while an evidence branch they name still exists (unless
+    ``delete_evidence``). The result then has ``"run_state": {"deleted": [...], "kept": [...]}``, one
+    entry per run (``prefix``, ``reason``, ``records`` and the task instance). The rules are in
+    :func:`~airflow_lakefence.core.cleanup.plan_run_state_cleanup`.
+
     lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one uncommitted diff (``amount=1``)
-    per unstaged branch the rules would otherwise delete, one delete per deleted branch.
-    Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch, and
-    one XCom read (``evidence``) per succeeded task instance with a branch that may be evidence.
+    per unstaged branch the rules would otherwise delete, one delete per deleted branch; with
+    ``run_state_retention``, one listing per 1,000 records and one delete per 1,000 records deleted.
+    Airflow calls: one ``get_task_states`` per publisher DAG and per DAG owning a staged branch (or
+    old run-state records), and one XCom read (``evidence``) per succeeded task instance with a branch
+    that may be evidence.
 
     :param repository: the lakeFS repository (templated).
     :param staging_branch_prefix: the publishers' ``staging_branch_prefix``.
@@ -118,6 +138,9 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
     :param max_age: delete an unidentified branch that this cleaner has seen at the same HEAD for at
         least this long (it must outlast your longest fenced task); ``None`` keeps them.
     :param delete_evidence: also delete dead attempts' evidence branches.
+    :param run_state_retention: also remove the run-state records of runs that can no longer be
+        retried or cleared once their newest record is this old (longer than you would ever clear or
+        re-run a run); ``None`` keeps every record.
     :param dry_run: decide and report, delete nothing.
     :param clock: where ``max_age`` reads the time, in epoch seconds (default :func:`time.time`; a
         test passes a clock it moves instead of waiting).
@@ -137,6 +160,7 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
         publishers: Iterable[Any] | None = None,
         max_age: timedelta | None = None,
         delete_evidence: bool = False,
+        run_state_retention: timedelta | None = None,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
         lakefs_conn_id: str = LakeFSHook.default_conn_name,
@@ -149,6 +173,13 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             raise InvalidInputError(str(exc)) from exc
         if max_age is not None and (not isinstance(max_age, timedelta) or max_age < timedelta(0)):
             raise InvalidInputError(f"max_age must be a non-negative timedelta, got {max_age!r}")
+        if run_state_retention is not None and (
+            not isinstance(run_state_retention, timedelta) or run_state_retention < timedelta(0)
+        ):
+            raise InvalidInputError(
+                f"run_state_retention must be a non-negative timedelta, got {run_state_retention!r}"
+            )
+        self.run_state_retention = run_state_retention
         self.repository = repository
         self.staging_branch_prefix = staging_branch_prefix
         self.publishers = _publishers(publishers)
@@ -171,7 +202,12 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
         previous = self._previous_memory(memory_key)
         client = self.client
         branches = self._inspect(client)
-        result = self.clean(client, TaskSdkView(), branches, previous, now)
+        airflow = TaskSdkView()
+        result = self.clean(client, airflow, branches, previous, now)
+        if self.run_state_retention is not None:
+            gone = {entry["branch"] for entry in result["deleted"]} if not self.is_dry_run else set()
+            remaining = [b.name for b in branches if b.name not in gone]
+            result["run_state"] = self.clean_run_state(client, airflow, remaining, now)
         memory = result.pop(FIRST_SEEN_KEY)
         # A sighting is an observation, not a deletion: a dry run remembers too.
         self._save_memory(memory_key, memory)
@@ -263,6 +299,96 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             "dry_run": self.is_dry_run,
             FIRST_SEEN_KEY: {name: [head, seen] for name, (head, seen) in memory.items()},
         }
+
+    def clean_run_state(
+        self, client: LakeFSClient, airflow: AirflowView, branches: Collection[str], now: float
+    ) -> dict[str, Any]:
+        """Remove the run-state records of runs that can no longer be retried or cleared.
+
+        :param client: the lakeFS adapter.
+        :param airflow: how to ask Airflow.
+        :param branches: the staging branches that exist (an evidence record naming one is kept).
+        :param now: the current time, epoch seconds.
+        :return: ``{"deleted": [...], "kept": [...]}``, one entry per run.
+        :raises LakeFenceError: a lakeFS failure listing the records (nothing deleted).
+        """
+        retention = 0.0 if self.run_state_retention is None else self.run_state_retention.total_seconds()
+        runs = self._run_records(client)
+        keys = {run.key for run in runs if run.key is not None and now - run.newest >= retention}
+        states: dict[PublicationKey, str | None] = {}
+        grouped: dict[str, list[PublicationKey]] = defaultdict(list)
+        for key in keys:
+            grouped[key.dag_id].append(key)
+        for dag_id, dag_keys in grouped.items():
+            try:
+                answer = airflow.task_states(
+                    dag_id, sorted({k.task_id for k in dag_keys}), sorted({k.run_id for k in dag_keys})
+                )
+            except Exception as exc:  # not looked up: every record of the DAG is kept
+                self.log.warning("could not read the task states of %s (%s): its run state is kept", dag_id, exc)
+                continue
+            states.update((key, state_from_task_states(answer, key)) for key in dag_keys)
+        decisions = plan_run_state_cleanup(
+            runs,
+            states=states,
+            branches=branches,
+            now=now,
+            retention=retention,
+            delete_evidence=self.delete_evidence,
+        )
+        doomed = [run for run, decision in zip(runs, decisions, strict=True) if decision.delete]
+        failed: str | None = None
+        if doomed and not self.is_dry_run:
+            try:
+                client.delete_objects(self.repository, RUN_STATE_BRANCH, [p for run in doomed for p in run.paths])
+            except LakeFenceError as exc:  # the next run tries again
+                failed = f"delete failed: {exc}"
+        deleted: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
+        for decision in decisions:
+            if decision.delete and failed is not None:
+                decision = replace(decision, delete=False, reason=failed)
+            (deleted if decision.delete else kept).append(decision.to_dict())
+            self.log.info(
+                "run state %s: %s (%d records): %s",
+                ("would delete" if self.is_dry_run else "deleted") if decision.delete else "kept",
+                decision.prefix,
+                decision.records,
+                decision.reason,
+            )
+        return {"deleted": deleted, "kept": kept}
+
+    def _run_records(self, client: LakeFSClient) -> list[RunRecords]:
+        try:
+            listed = client.list_records_dated(self.repository, RUN_STATE_BRANCH, RUNS_PREFIX)
+        except LakeFSRepositoryNotFoundError:
+            raise
+        except LakeFSNotFoundError:
+            return []  # no record was ever written in this repository
+        by_run: dict[str, list[tuple[str, dict[str, str], float]]] = defaultdict(list)
+        for path, (metadata, mtime) in listed.items():
+            parts = path.split("/", 2)
+            if len(parts) == 3:
+                by_run[f"{parts[0]}/{parts[1]}/"].append((path, metadata, mtime))
+        runs = []
+        for prefix, records in sorted(by_run.items()):
+            key = next((k for _, meta, _ in records if (k := record_key(meta)) is not None), None)
+            evidence = []
+            for path, meta, _ in records:
+                value = record_value(meta)
+                if path.startswith(prefix + RUN_EVIDENCE_KEY + "/") and isinstance(value, dict):
+                    if isinstance(value.get("branch"), str):
+                        evidence.append(value["branch"])
+            runs.append(
+                RunRecords(
+                    prefix,
+                    tuple(path for path, _, _ in records),
+                    key,
+                    max(mtime for _, _, mtime in records),
+                    tuple(evidence),
+                )
+            )
+        return runs
 
     def _inspect(self, client: LakeFSClient) -> list[StagingBranch]:
         prefix = self.staging_branch_prefix

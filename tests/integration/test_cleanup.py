@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 import lakefs
@@ -261,3 +262,61 @@ def test_operator_marks_the_branch_it_keeps_as_evidence(publishers: Any, seeded:
     assert evidence_of(head.metadata) == "PublishFenceError"
     record = decode_metadata(head.metadata)
     assert record is not None and record.attempt.try_number == 1 and record.input_ref == input_commit
+
+
+def test_removes_old_runs_run_state_and_keeps_a_live_runs(
+    publishers: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
+) -> None:
+    """``run_state_retention``: the records of a finished run older than the retention go (one listing,
+    one delete); a running try's records stay, and so do a young run's."""
+    from airflow_lakefence.core.keys import PublicationKey
+    from airflow_lakefence.operators import LakeFSStagingCleanupOperator
+    from airflow_lakefence.run_state import read_run_state, run_state_prefix
+    from airflow_lakefence.task_instances import TaskSdkView
+
+    repo, _ = seeded
+    client = LakeFSHook().client
+    # A finished run that read the branch main: its pin and its reported publication.
+    old = run_dag(publishers.direct_dag, publish_conf(repo, "main"))
+    assert old.state == "success"
+    old_key = PublicationKey("lf_test_direct", old.run_id, "publish", -1)
+    assert sorted(k.split("/")[0] for k in read_run_state(client, repo.id, old_key)) == ["pin", "published"]
+    results: list[dict[str, Any]] = []
+    day = 24 * 3600.0
+
+    def clean(retention_days: float, after_days: float) -> dict[str, Any]:
+        cleaner = LakeFSStagingCleanupOperator(
+            task_id="clean_run_state_inline", repository=repo.id, run_state_retention=timedelta(days=retention_days)
+        )
+        return cleaner.clean_run_state(client, TaskSdkView(), [], time.time() + after_days * day)
+
+    def clean_while_running() -> None:
+        # Within the retention nothing goes; a day and a half later the finished run's records go,
+        # the running try's (its pin, written before its job) stay.
+        results.append(clean(1, 0))
+        lakefence_controls.reset_counts()
+        results.append(clean(1, 1.5))
+        results.append(dict(lakefence_controls.counts()))
+
+    failpoints.arm("after_fence_2", clean_while_running)
+    live = run_dag(publishers.direct_dag, publish_conf(repo, "main"))
+    failpoints.disarm_all()
+    assert live.state == "success"
+    live_key = PublicationKey("lf_test_direct", live.run_id, "publish", -1)
+    young, later, calls = results
+    assert young["deleted"] == [] and {e["prefix"] for e in young["kept"]} == {
+        run_state_prefix(old_key), run_state_prefix(live_key)
+    }
+    assert all("within the retention" in e["reason"] for e in young["kept"])
+    (gone,) = later["deleted"]
+    assert gone["prefix"] == run_state_prefix(old_key) and gone["run_id"] == old.run_id and gone["records"] == 2
+    assert "success" in gone["reason"]
+    (kept,) = later["kept"]
+    assert kept["prefix"] == run_state_prefix(live_key)
+    state = "scheduled" if AIRFLOW_2 else "running"
+    assert state in kept["reason"], kept["reason"]
+    assert calls == {"listObjects": 1, "deleteObjects": 1}
+    assert read_run_state(client, repo.id, old_key) == {}
+    # The live try went on from its pin, and reported.
+    assert "published/00000001" in read_run_state(client, repo.id, live_key)
+    assert xcoms(live, "publish")["decision"] in ("merge", "noop")
