@@ -56,7 +56,7 @@ from _common import (
 REPOSITORY = "latency-bench"
 DAG_FILE = Path(__file__).resolve().parent / "_bench_dags.py"
 WAYS = ("fenced operator", "branch.transact()", "provider style")
-JOB_CALLS = ("uploadObject",)  # the job's own write, not the publish
+JOB_CALLS = {"uploadObject": 1}  # the job's own write (one object), not the publish
 
 
 def fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -101,7 +101,11 @@ class Bench:
         return name
 
     def _publish_calls(self, way: str) -> int:
-        counts = Counter({k: v for k, v in self.controls.counts().items() if k not in JOB_CALLS})
+        # The job's one upload is not the publish's; the fenced publish's run-state record (also an
+        # upload) is.
+        counts = Counter(self.controls.counts())
+        counts.subtract(JOB_CALLS)
+        counts = +counts
         self.by_endpoint[way] = counts
         return sum(counts.values())
 
