@@ -25,6 +25,8 @@ _LAZY = {
     "LakeFSCommitSensor": "airflow_lakefence.sensors.lakefs",
     "LakeFSFileSensor": "airflow_lakefence.sensors.lakefs",
     "LakeFSHook": "airflow_lakefence.hooks.lakefs",
+    # The entry point of the last release named it here.
+    "get_provider_info": "airflow_lakefence.provider_info",
     "LakeFenceError": "airflow_lakefence.exceptions",
     "StaleAttemptError": "airflow_lakefence.exceptions",
     "PublishFenceError": "airflow_lakefence.exceptions",

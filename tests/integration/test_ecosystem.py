@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from airflow_lakefence.get_provider_info import get_provider_info
+from airflow_lakefence.provider_info import get_provider_info
 
 
 def test_provider_info_matches_airflows_schema() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import airflow_lakefence
 from airflow_lakefence.exceptions import InvalidInputError, SparkJobError
-from airflow_lakefence.get_provider_info import get_provider_info
+from airflow_lakefence.provider_info import get_provider_info
 from tests.conftest import load_dag_module
 from tests.integration.helpers import branches, commit_files, run_dag, staging_branches
 

@@ -50,7 +50,7 @@ import pytest
 
 import airflow_lakefence
 
-from airflow_lakefence.get_provider_info import get_provider_info
+from airflow_lakefence.provider_info import get_provider_info
 
 assert get_provider_info()["package-name"] == "airflow-provider-lakefence"
 
