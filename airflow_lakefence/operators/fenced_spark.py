@@ -218,11 +218,3 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
             packages=packages,
         )
         return SparkSubmitOperator._get_hook(cast(SparkSubmitOperator, arguments))
-
-    def execute(self, context: Any) -> str:  # type: ignore[override]
-        """Run the fenced protocol around the Spark job; return the output ref.
-
-        :param context: the Airflow context.
-        :raises LakeFenceError: a subclass naming the failure; nothing half-published.
-        """
-        return FencedPublishOperatorBase.execute(self, context)

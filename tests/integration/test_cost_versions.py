@@ -3,8 +3,8 @@
 The lakeFS side is the same on every version (the run state lives in lakeFS, not in Airflow): each
 try makes exactly the calls of the contract's row (``CONTRACT`` in test_cost_contract.py, plus the
 run state's record for a try that reports), and a retry adds exactly one read of the run state. The
-Airflow side is what the attempt fence's liveness check costs there (airflow_lakefence/airflow_adapter/task_instances.py),
-pinned per version family in :data:`AIRFLOW_COST`:
+Airflow side is what the attempt fence's liveness check costs there
+(airflow_lakefence/airflow_adapter/task_instances.py), pinned per version family in :data:`AIRFLOW_COST`:
 
 * 3.3: the token in ``task_state_store``; Execution-API requests;
 * 3.0 to 3.2: the token as the task's own XCom; Execution-API requests (``dag.test()`` runs the
