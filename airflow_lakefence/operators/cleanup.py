@@ -12,7 +12,16 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, Variable
 
-from airflow_lakefence.core.cleanup import (
+from airflow_lakefence.airflow_adapter.task_instances import (
+    AirflowView,
+    TaskSdkView,
+    state_from_task_states,
+    states_by_key,
+)
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import validate_staging_prefix
+from airflow_lakefence.core.records.run_state import EVIDENCE_KEY as RUN_EVIDENCE_KEY
+from airflow_lakefence.core.staging.cleaner import (
     RunRecords,
     StagingBranch,
     inspect_branch,
@@ -21,9 +30,6 @@ from airflow_lakefence.core.cleanup import (
     plan_run_state_cleanup,
     remember,
 )
-from airflow_lakefence.core.run_state import EVIDENCE_KEY as RUN_EVIDENCE_KEY
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import (
     InvalidInputError,
     LakeFenceError,
@@ -31,9 +37,8 @@ from airflow_lakefence.exceptions import (
     LakeFSRepositoryNotFoundError,
 )
 from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.run_state import RUN_STATE_BRANCH, RUNS_PREFIX, record_key, record_value
-from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH, RUNS_PREFIX, record_key, record_value
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"
