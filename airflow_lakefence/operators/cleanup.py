@@ -127,7 +127,7 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
     while a try runs or is coming, nor while an evidence branch they name still exists (unless
     ``delete_evidence``). The result then has ``"run_state": {"deleted": [...], "kept": [...]}``, one
     entry per run (``prefix``, ``reason``, ``records`` and the task instance). The rules are in
-    :func:`~airflow_lakefence.core.cleanup.plan_run_state_cleanup`.
+    :func:`~airflow_lakefence.core.staging.cleaner.plan_run_state_cleanup`.
 
     lakeFS calls: one listing, one ``get_commit`` per distinct HEAD, one uncommitted diff (``amount=1``)
     per unstaged branch the rules would otherwise delete, one delete per deleted branch; with

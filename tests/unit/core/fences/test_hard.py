@@ -134,8 +134,12 @@ def test_a_lakefence_merge_vouches_for_its_fence_only_on_its_expected_head() -> 
     assert hf.vouched_check(publication, None) is None
     assert hf.vouched_check(hf.fence_vouch_metadata(hf.HARD_FENCE_VERSION), HEAD) is None
     assert hf.vouched_check(hf.expected_head_metadata(HEAD), HEAD) is None
-    assert hf.vouched_check({**publication, hf.FENCE_KEY: "0"}, HEAD) is None
     assert hf.vouched_check({**publication, hf.FENCE_KEY: "two"}, HEAD) is None
+    # "0": the publication's input had no action file and its source added none (the default
+    # hard_fence="auto" looked): the absence is known, on its expected head only.
+    absent = hf.vouched_check({**publication, hf.FENCE_KEY: "0"}, HEAD)
+    assert absent is not None and absent.status is hf.FenceStatus.MISSING and not absent.enforced
+    assert hf.vouched_check({**publication, hf.FENCE_KEY: "0"}, OTHER) is None
 
 
 def test_check_ref_reads_the_file_unless_the_commit_vouches() -> None:

@@ -1,4 +1,4 @@
-"""The run-state cleaner's rules (airflow_lakefence.core.cleanup.plan_run_state_cleanup)."""
+"""The run-state cleaner's rules (airflow_lakefence.core.staging.cleaner.plan_run_state_cleanup)."""
 
 from __future__ import annotations
 
