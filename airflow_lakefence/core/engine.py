@@ -254,16 +254,17 @@ class PublishEngine:
         # is an abandoned one, which the new try replaces.
         guard.ensure_current("before reporting", staging)
         replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
-        # Step 12's three writes go side by side: the run-state record of what this try reports (for
-        # a later try of the run), the delete of S (nothing from here on keeps S) and the XCom pushes
-        # (requests to the API server). None gates another: the publication has landed and been
-        # verified, and the try succeeds only once all three are done (a record that failed fails
-        # the try, as before: the next try then finds the publication unreported, i.e. abandoned).
+        # Step 12's two lakeFS writes go side by side: the run-state record of what this try reports
+        # (for a later try of the run) and the delete of S (nothing from here on keeps S): one round
+        # trip. The XCom pushes (requests to the API server) wait for the record: a record refused
+        # because the try was cleared meanwhile must leave the new try's XCom alone.
         recording = in_background(
             record_publication, self.run_state, published.output_ref, attempt.try_number, decision.action.value
         )
         deleting = guard.delete_in_background(staging)
         try:
+            with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
+                recording.result()
             evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
             result = PublishResult(
                 output_ref=published.output_ref,
@@ -278,13 +279,11 @@ class PublishEngine:
                 supersedes=superseded if replaced else None,
                 delta_versions={t.root: t.published_version for t in tables},
             )
-            tell.published(result)  # step 12
+            tell.published(result)  # step 12, while S is being deleted
         except BaseException:
-            _settle(recording, deleting)
+            _settle(deleting)
             raise
         deleting.result()
-        with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
-            recording.result()
         return result
 
     def _parts(self) -> tuple[AttemptGuard, StagingArea, Publisher, Evidence]:

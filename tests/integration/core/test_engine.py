@@ -18,6 +18,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, PublishEngine, PublishRequest
+from airflow_lakefence.core.fences.hard import forget_checks
 from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.names.staging_names import parse_staging_branch_name, staging_branch_name
 from airflow_lakefence.core.publication.replacement import TEMP_SUFFIX
@@ -302,6 +303,7 @@ def test_an_input_the_target_is_built_on_costs_no_extra_read(world: World) -> No
     """HEAD is the input (by id, or by the target's own name): no resolution, no merge base."""
     calls = []
     for input_ref in (world.input, "main"):
+        forget_checks()  # each run as a new worker process: the default hard_fence="auto" reads the fence once
         world.port.calls.clear()
         result = Run(world, input_ref=input_ref, files={}, allow_empty=True)()
         assert (result.decision, result.input_ref) == ("noop", world.input)

@@ -213,7 +213,7 @@ def test_soft_merge_also_names_its_expected_head_and_costs_five(
     adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = fenced
-    run = publish(adapter, repo, input_commit, 1, {"out/a.txt": "a"})
+    run = publish(adapter, repo, input_commit, 1, {"out/a.txt": "a"}, hard_fence="off")
     assert run.error is None and run.result is not None and run.result.decision == "merge"
     assert run.after == {"upload_object": 1, "commit": 1, "get_commit": 2, "merge": 1, "delete_branch": 1}
     assert adapter.get_commit(repo.id, "main").metadata[hf.EXPECTED_HEAD_KEY] == input_commit
