@@ -269,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
         after = [f for f in fired if f.when == "after"]
         if after:
             body = response.read()  # lakeFS processed the request: its answer is complete
-            if self._apply(after, Call(call.operation, call.method, call.path, response.status), drain=False, answer=answer):
+            if self._apply(after, Call(call.operation, call.method, call.path, response.status), drain=False):
                 if response.will_close:
                     self._close_upstream()
                 return

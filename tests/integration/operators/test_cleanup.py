@@ -269,10 +269,10 @@ def test_removes_old_runs_run_state_and_keeps_a_live_runs(
 ) -> None:
     """``run_state_retention``: the records of a finished run older than the retention go (one listing,
     one delete); a running try's records stay, and so do a young run's."""
-    from airflow_lakefence.core.names.keys import PublicationKey
-    from airflow_lakefence.operators import LakeFSStagingCleanupOperator
-    from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state, run_state_prefix
     from airflow_lakefence.airflow_adapter.task_instances import TaskSdkView
+    from airflow_lakefence.core.names.keys import PublicationKey
+    from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state, run_state_prefix
+    from airflow_lakefence.operators import LakeFSStagingCleanupOperator
 
     repo, _ = seeded
     client = LakeFSHook().client

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_lakefence.core.staging.cleaner import RunRecords, plan_run_state_cleanup
 from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.staging.cleaner import RunRecords, plan_run_state_cleanup
 
 DAY = 86400.0
 NOW = 1_000 * DAY
