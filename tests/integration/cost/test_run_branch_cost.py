@@ -24,8 +24,10 @@ pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lak
 #: (one uploadObject each: airflow_lakefence.lakefs_adapter.run_state_store), the branch made from it.
 RUN_BRANCH = {"getCommit": 1, "createBranch": 1, "uploadObject": 2}
 #: One fenced task publishing one workspace file by a merge (the cost contract's merge row, plus the
-#: upload, plus two run-state records: the pin of its input branch and the publication it reports).
+#: upload, plus two run-state records: the pin of its input branch and the publication it reports;
+#: by default, hard_fence="auto", the run branch's action file too, read beside the staging branch).
 FENCED_TASK = {
+    "getObject": 1,
     "getCommit": 3,
     "createBranch": 1,
     "uploadObject": 3,
@@ -77,6 +79,7 @@ def test_a_run_publication_costs_a_fenced_publish_plus_four_calls(
     marks = [steps["run_branch"], steps["write"], steps["publish"], end]
     cost = {t: dict(marks[i + 1] - marks[i]) for i, t in enumerate(tasks)}
     assert cost == {"run_branch": RUN_BRANCH, "write": FENCED_TASK, "publish": RUN_PUBLICATION}, cost
-    # The data upload and the run-state records aside: the fenced protocol's calls.
-    fenced, run = sum(FENCED_TASK.values()) - 3, sum(RUN_PUBLICATION.values()) - 1
+    # The data upload, the run-state records and the fenced task's read of the action file aside: the
+    # fenced protocol's calls.
+    fenced, run = sum(FENCED_TASK.values()) - 4, sum(RUN_PUBLICATION.values()) - 1
     assert (fenced, run) == (7, 11)
