@@ -67,7 +67,8 @@ def test_a_patch_through_the_old_name_is_seen_through_the_new_one() -> None:
         "print(new.LakeFSClient, old.__name__, old.__spec__.name)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
-    assert out.split() == ["patched", "airflow_lakefence.lakefs_adapter.client", "airflow_lakefence.lakefs_adapter.client"]
+    new = "airflow_lakefence.lakefs_adapter.client"
+    assert out.split() == ["patched", new, new]
 
 
 def test_the_probe_sees_a_path_that_does_not_warn() -> None:
