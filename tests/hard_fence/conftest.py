@@ -2,7 +2,7 @@
 
 The tests need a lakeFS that runs actions (Lua pre-merge hooks). Both backends do: real lakeFS, and
 the local test server, which runs pre-merge Lua hooks with a real Lua interpreter (``lupa``, in the
-``testing`` extra; airflow_lakefence/testing/lakefs_server/_actions.py). Nothing here is skipped on
+``testing`` extra; lakefence_testing/lakefs_server/_actions.py). Nothing here is skipped on
 either backend: without ``lupa`` the local server fails such a merge with a message saying so.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from airflow_lakefence.exceptions import (
     LakeFSPreconditionFailedError,
 )
 from airflow_lakefence.hardfence import check_hard_fence, install_hard_fence, probe_hard_fence
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, install_user_hook, protect, stage
 

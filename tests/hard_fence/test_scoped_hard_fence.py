@@ -36,7 +36,7 @@ from airflow_lakefence.core.scope import (
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
 from airflow_lakefence.hardfence.__main__ import main as cli_main
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.hard_fence.conftest import CountingClient
 from tests.hard_fence.helpers import commit_on, head, stage
 from tests.integration.helpers import run_together

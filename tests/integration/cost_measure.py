@@ -36,7 +36,7 @@ from airflow_lakefence.core.naming import staging_branch_name
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_client import LakeFSClient
 from airflow_lakefence.run_state import RUN_STATE_BRANCH
-from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
+from lakefence_testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 

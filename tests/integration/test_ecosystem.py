@@ -276,7 +276,7 @@ def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> No
         "airflow_lakefence.spark_submit",
         "airflow_lakefence.task_instances",
         "airflow_lakefence.core.locations",
-        "airflow_lakefence.testing.lakefs_server",
+        "lakefence_testing.lakefs_server",
     ],
 )
 def test_all_exports_resolve(module: str) -> None:

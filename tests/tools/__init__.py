@@ -6,5 +6,5 @@
   real lakeFS's KV store on CI).
 
 The local lakeFS-compatible server, the fault-injecting proxy and the opt-in pytest plugin stay in
-the package (:mod:`airflow_lakefence.testing`): DAG authors' tests use them too.
+the package (:mod:`lakefence_testing`): DAG authors' tests use them too.
 """

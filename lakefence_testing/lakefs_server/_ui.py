@@ -24,8 +24,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from airflow_lakefence.core.metadata import METADATA_PREFIX
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._store import Commit, Entry, Store
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._store import Commit, Entry, Store
 
 #: How many commits a ref's page shows, and how many changed paths or objects one page lists.
 RECENT_COMMITS = 20
