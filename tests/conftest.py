@@ -2,7 +2,7 @@
 
 Airflow reads its configuration at import time, so the environment is set here, before any test
 module imports it. The lakeFS fixtures (``lakefence_server``, ``lakefence_repo``, ...) come from the
-package's opt-in pytest plugin (``lakefence_testing.pytest_plugin``, asked for below):
+opt-in pytest plugin of ``lakefence_testing`` (``lakefence_testing.pytest_plugin``, asked for below):
 ``--lakefs-backend=local|real|both`` picks the local server, real lakeFS (built from the Go module
 in ``tests/real_lakefs`` and started by :func:`lakefence_real_lakefs`), or both.
 """
