@@ -4,11 +4,11 @@
 
 * :mod:`~airflow_lakefence.core.request`: the request and step 1 (validation, the target's HEAD,
   the input commit the target is built on);
-* :mod:`~airflow_lakefence.core.guard`: the attempt fence (steps 6, 8), lost answers, the budget (9);
-* :mod:`~airflow_lakefence.core.evidence`: earlier tries' branches (3) and evidence kept on failure;
-* :mod:`~airflow_lakefence.core.staging`: the staging branch, the job and its output (3 to 7);
-* :mod:`~airflow_lakefence.core.publish`: the publish fence, acting and verifying (10, 11);
-* :mod:`~airflow_lakefence.core.reporting`: the result and the reporter told of it (12).
+* :mod:`~airflow_lakefence.core.fences.attempt`: the attempt fence (steps 6, 8), lost answers, the budget (9);
+* :mod:`~airflow_lakefence.core.staging.evidence`: earlier tries' branches (3) and evidence kept on failure;
+* :mod:`~airflow_lakefence.core.staging.stage`: the staging branch, the job and its output (3 to 7);
+* :mod:`~airflow_lakefence.core.publication.publisher`: the publish fence, acting and verifying (10, 11);
+* :mod:`~airflow_lakefence.core.records.reporting`: the result and the reporter told of it (12).
 
 The engine talks to lakeFS through :class:`~airflow_lakefence.core.ports.LakeFSPort` and to the
 scheduler through :class:`~airflow_lakefence.core.ports.AttemptFencePort`; it imports neither
@@ -25,16 +25,22 @@ from typing import Any
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
-from airflow_lakefence.core.evidence import MARKER_TRIES, Evidence
-from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
-from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
-from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.core.metadata import output_prefixes_metadata
-from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.core.fences.attempt import PUBLISH_ROUNDS, AttemptGuard, in_background
+from airflow_lakefence.core.fences.publish import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.names.keys import AttemptId
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
-from airflow_lakefence.core.publish import Publisher, supersedes
-from airflow_lakefence.core.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
+from airflow_lakefence.core.publication.publisher import Publisher, supersedes
+from airflow_lakefence.core.records.metadata import output_prefixes_metadata
+from airflow_lakefence.core.records.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
+from airflow_lakefence.core.records.run_state import (
+    MemoryRunState,
+    RunStatePort,
+    pin_input,
+    pinned_input,
+    record_publication,
+)
 from airflow_lakefence.core.request import (
     HARD_FENCE_MODES,
     OUTPUT_MODES,
@@ -46,8 +52,8 @@ from airflow_lakefence.core.request import (
     resolve_input,
     seconds,
 )
-from airflow_lakefence.core.run_state import MemoryRunState, RunStatePort, pin_input, pinned_input, record_publication
-from airflow_lakefence.core.staging import StagingArea, Workspace
+from airflow_lakefence.core.staging.evidence import MARKER_TRIES, Evidence
+from airflow_lakefence.core.staging.stage import StagingArea, Workspace
 from airflow_lakefence.exceptions import JobError, PublishFenceError
 
 __all__ = [
@@ -121,7 +127,7 @@ class PublishEngine:
         run_state: RunStatePort | None = None,
     ) -> None:
         self.lakefs = lakefs
-        self.fence = fence
+        self.attempt_fence = fence
         self.request = request.validated()
         self.log: Log = log or logging.getLogger(__name__)
         self.job_name = job_name
@@ -134,7 +140,7 @@ class PublishEngine:
 
         :param job: the job, given the attempt's locations; it writes the workspace or the staging branch.
         :param reporter: told the superseded publication, the staging branch, the evidence branches and
-            the outcome as they happen (see :class:`~airflow_lakefence.core.reporting.Reporter`).
+            the outcome as they happen (see :class:`~airflow_lakefence.core.records.reporting.Reporter`).
         :return: the outcome.
         :raises LakeFenceError: a subclass naming the failure; nothing half-published.
         """
@@ -153,11 +159,11 @@ class PublishEngine:
                 with guard.run_state_may_be_archived("before the job", staging):
                     pin_input(self.run_state, req.input_ref, input_commit)
             tell.staging_created(staging)
-            fence = publisher.check_hard_fence(input_commit, target_head)
+            hard_fence = publisher.check_hard_fence(input_commit, target_head)
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
-            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
+            hard_fence = publisher.note_written(hard_fence, (name for name, _ in workspace.files))
             with guard.staging_may_vanish("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
                 tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
@@ -165,8 +171,9 @@ class PublishEngine:
             guard.ensure_current("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
             guard.ensure_publish_budget()  # step 9
-            decision, output_ref = publisher.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, target_head, superseded, fence
+            strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
+            decision, output_ref = strategy.publish(  # steps 10, 11
+                attempt, staging, input_commit, staged, publisher.record(attempt, input_commit, staged)
             )
             failpoints.hit("after_verify")
             published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
@@ -186,10 +193,10 @@ class PublishEngine:
         req = self.request
         reading = in_background(read_target_head, self.lakefs, req)  # step 1: repository and target exist
         try:
-            self.fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
+            self.attempt_fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
         finally:
             target_head = reading.result()  # a bad target is what this attempt reports first
-        attempt = self.fence.attempt
+        attempt = self.attempt_fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
         pinned = None
         if attempt.try_number > 1:  # try numbers only grow: a first try has no earlier try's pin to read
@@ -263,9 +270,11 @@ class PublishEngine:
         """The attempt's collaborators, one per concern (built per run: they hold the attempt's state)."""
         req = self.request
         guard = AttemptGuard(
-            self.lakefs, self.fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
+            self.lakefs, self.attempt_fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
         )
-        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
+        area = StagingArea(
+            self.lakefs, req, guard, self.attempt_fence, self.log, self.clock, self.job_name, self.job_error
+        )
         publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
         evidence = Evidence(
             self.lakefs,

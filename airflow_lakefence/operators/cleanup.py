@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import defaultdict
@@ -12,19 +13,24 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, Variable
 
-from airflow_lakefence.core.cleanup import (
+from airflow_lakefence.airflow_adapter.task_instances import (
+    AirflowView,
+    TaskSdkView,
+    state_from_task_states,
+    states_by_key,
+)
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import validate_staging_prefix
+from airflow_lakefence.core.staging.cleaner import (
     StagingBranch,
     inspect_branch,
     known_keys,
     plan_cleanup,
     remember,
 )
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"
@@ -211,23 +217,6 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             )
             states.update((key, state_from_task_states(answer, key)) for key in dag_keys)
 
-        def has_uncommitted(branch: StagingBranch) -> bool:
-            # One page of one entry: "is anything uncommitted" costs one call whatever the branch holds.
-            try:
-                changes = client.diff_uncommitted(self.repository, branch.name, amount=1)
-                return next(iter(changes), None) is not None
-            except LakeFenceError as exc:
-                self.log.warning("could not read the uncommitted changes of %s (%s): kept", branch.name, exc)
-                return True
-
-        def run_evidence(key: PublicationKey) -> Collection[str] | None:
-            try:
-                value = airflow.evidence(key)
-            except Exception as exc:  # unknown: every branch that may be evidence is kept
-                self.log.warning("could not read the evidence XCom of %s (%s)", key, exc)
-                return None
-            return _evidence_names(value)
-
         max_age = None if self.max_age is None else self.max_age.total_seconds()
         decisions = plan_cleanup(
             branches,
@@ -237,8 +226,8 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             now=now,
             max_age=max_age,
             delete_evidence=self.delete_evidence,
-            has_uncommitted=has_uncommitted,
-            run_evidence=run_evidence,
+            has_uncommitted=functools.partial(self._has_uncommitted, client),
+            run_evidence=functools.partial(self._run_evidence, airflow),
         )
         deleted: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
@@ -263,6 +252,23 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             "dry_run": self.is_dry_run,
             FIRST_SEEN_KEY: {name: [head, seen] for name, (head, seen) in memory.items()},
         }
+
+    def _has_uncommitted(self, client: LakeFSClient, branch: StagingBranch) -> bool:
+        # One page of one entry: "is anything uncommitted" costs one call whatever the branch holds.
+        try:
+            changes = client.diff_uncommitted(self.repository, branch.name, amount=1)
+            return next(iter(changes), None) is not None
+        except LakeFenceError as exc:
+            self.log.warning("could not read the uncommitted changes of %s (%s): kept", branch.name, exc)
+            return True
+
+    def _run_evidence(self, airflow: AirflowView, key: PublicationKey) -> Collection[str] | None:
+        try:
+            value = airflow.evidence(key)
+        except Exception as exc:  # unknown: every branch that may be evidence is kept
+            self.log.warning("could not read the evidence XCom of %s (%s)", key, exc)
+            return None
+        return _evidence_names(value)
 
     def _inspect(self, client: LakeFSClient) -> list[StagingBranch]:
         prefix = self.staging_branch_prefix

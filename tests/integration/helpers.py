@@ -68,6 +68,16 @@ def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[s
     raise AssertionError("input commit is not on main's history")
 
 
+def leave_branch_at(point: str, lakefence_controls: Any) -> None:
+    """The attempt dies at ``point`` and its staging-branch delete fails: the branch is left behind."""
+
+    def die() -> None:
+        lakefence_controls.add_fault("deleteBranch", status=500)
+        raise RuntimeError(f"worker died at {point}")
+
+    failpoints.arm(point, die)
+
+
 def die_after_publishing(
     repo: lakefs.Repository | None = None, *, times: int = 1, also: Callable[[], None] | None = None
 ) -> list[str]:
@@ -105,7 +115,7 @@ def staging_branches(repo: lakefs.Repository, prefix: str = "lakefence") -> list
 
 def branches(repo: lakefs.Repository) -> list[str]:
     """Every branch of ``repo`` (hidden ones included) but the run-state branch (the runs' records)."""
-    from airflow_lakefence.run_state import RUN_STATE_BRANCH
+    from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 
     return [b.id for b in repo.branches(show_hidden=True) if b.id != RUN_STATE_BRANCH]
 
