@@ -159,7 +159,6 @@ class CeleryExecutor(Executor):
     :param lakefs_server: the tier's real lakeFS.
     """
 
-    name = "CeleryExecutor"
     # Try 2's job of the retry scenario takes a few seconds: the window in which the abandoned-
     # publication sensor sees try 1's merge as HEAD.
     retry_job_sleep = 5.0

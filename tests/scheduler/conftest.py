@@ -61,7 +61,6 @@ class LocalExecutor(Executor):
     :param lakefence_server: the session's lakeFS.
     """
 
-    name = "LocalExecutor"
     mark_at_fence = True
 
     def __init__(

@@ -54,8 +54,6 @@ class Executor:
     :param dags: ``{scenario: (dag_id, repository)}`` for ``"clear"``, ``"mark"`` and ``"retry"``.
     """
 
-    #: The executor's name, for messages.
-    name = "executor"
     #: Whether the tier's mark DAG has ``publish_mark_at_fence`` (marks itself at attempt fence #1).
     mark_at_fence = False
     #: Seconds try 2's job of the retry scenario sleeps (a window the tier may need to look in).
