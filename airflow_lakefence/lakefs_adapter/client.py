@@ -184,7 +184,8 @@ class LakeFSClient:
             wait=tenacity.wait_exponential(multiplier=self._backoff, max=5.0),
             reraise=True,
         )
-        return retrying(self._call_once, operation, what, fn)
+        result: T = retrying(self._call_once, operation, what, fn)
+        return result
 
     @staticmethod
     def _call_once(operation: str, what: str, fn: Callable[[], T]) -> T:

@@ -20,19 +20,16 @@ from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.operators.cleanup import memory_variable_key
 from tests.conftest import AIRFLOW_2
-from tests.integration.helpers import commit_files, publish_conf, run_dag, staging_branches, xcoms
+from tests.integration.helpers import (
+    commit_files,
+    leave_branch_at,
+    publish_conf,
+    run_dag,
+    staging_branches,
+    xcoms,
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-
-def leave_branch_at(point: str, lakefence_controls: Any) -> None:
-    """The attempt dies at ``point`` and its staging-branch delete fails: the branch is left behind."""
-
-    def die() -> None:
-        lakefence_controls.add_fault("deleteBranch", status=500)
-        raise RuntimeError(f"worker died at {point}")
-
-    failpoints.arm(point, die)
 
 
 def dead_attempt(point: str, dag: Any, seeded: tuple[lakefs.Repository, str], controls: Any) -> list[str]:
