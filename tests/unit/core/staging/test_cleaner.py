@@ -17,12 +17,14 @@ from airflow_lakefence.core.records.metadata import (
 )
 from airflow_lakefence.core.staging.cleaner import (
     EVIDENCE_KEY,
+    RunRecords,
     StagingBranch,
     evidence_metadata,
     evidence_of,
     inspect_branch,
     known_keys,
     plan_cleanup,
+    plan_run_state_cleanup,
     remember,
 )
 
@@ -339,3 +341,71 @@ def test_the_defaults_keep_what_they_cannot_check() -> None:
     old, new = unstaged(1), staged(2)
     decisions = plan_cleanup([old, new], keys={}, states={KEY: "success"}, first_seen={}, now=0.0)
     assert [d.delete for d in decisions] == [False, False]
+
+
+# -- the run state's records (plan_run_state_cleanup) --------------------------------------------
+
+DAY = 86400.0
+NOW = 1_000 * DAY
+
+
+def run_key(run: str) -> PublicationKey:
+    return PublicationKey("dag", run, "publish", -1)
+
+
+def run_records(name: str, age_days: float, *, named: bool = True, evidence: tuple[str, ...] = ()) -> RunRecords:
+    return RunRecords(f"runs/{name}/", (f"runs/{name}/published/00000001",), run_key(name) if named else None,
+                      NOW - age_days * DAY, evidence)  # fmt: skip
+
+
+def decide_runs(runs: list[RunRecords], states: dict[PublicationKey, str | None], **kwargs: object) -> dict[str, str]:
+    decisions = plan_run_state_cleanup(runs, states=states, branches={"kept-evidence"}, now=NOW, retention=7 * DAY,
+                                       **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    return {d.prefix.split("/")[1]: ("delete" if d.delete else "keep") for d in decisions}
+
+
+def test_only_runs_no_try_can_come_to_are_removed_after_the_retention() -> None:
+    runs = [
+        run_records("young", 1),
+        run_records("success", 8),
+        run_records("failed", 8),
+        run_records("gone", 8),
+        run_records("running", 8),
+        run_records("retrying", 8),
+        run_records("cleared", 8),
+        run_records("unknown_state", 8),
+        run_records("not_looked_up", 8),
+        run_records("unnamed", 8, named=False),
+    ]
+    states = {
+        run_key("young"): "success",
+        run_key("success"): "success",
+        run_key("failed"): "failed",
+        run_key("gone"): None,
+        run_key("running"): "running",
+        run_key("retrying"): "up_for_retry",
+        run_key("cleared"): "none",
+        run_key("unknown_state"): "a_new_state",
+    }
+    assert decide_runs(runs, states) == {
+        "young": "keep",
+        "success": "delete",
+        "failed": "delete",
+        "gone": "delete",
+        "running": "keep",
+        "retrying": "keep",
+        "cleared": "keep",
+        "unknown_state": "keep",
+        "not_looked_up": "keep",
+        "unnamed": "delete",
+    }
+
+
+def test_a_run_whose_evidence_branch_still_exists_is_kept_unless_told() -> None:
+    runs = [
+        run_records("kept", 30, evidence=("kept-evidence",)),
+        run_records("gone_branch", 30, evidence=("deleted-branch",)),
+    ]
+    states = {run_key("kept"): "failed", run_key("gone_branch"): "failed"}
+    assert decide_runs(runs, states) == {"kept": "keep", "gone_branch": "delete"}
+    assert decide_runs(runs, states, delete_evidence=True) == {"kept": "delete", "gone_branch": "delete"}
