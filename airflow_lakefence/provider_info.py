@@ -88,6 +88,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_lakefence.links.lakefs.LakeFSCommitLink",
             "airflow_lakefence.links.lakefs.LakeFSOutputLink",
             "airflow_lakefence.links.lakefs.LakeFSStagingLink",
+            "airflow_lakefence.links.lakefs.LakeFSPublicationsLink",
             "airflow_lakefence.links.lakefs.LakeFSSensorCommitLink",
         ],
         "plugins": PROVIDER_PLUGINS,

@@ -123,6 +123,24 @@ def links(ui_base: str, row: PublicationRow) -> dict[str, str]:
     return found
 
 
+def _filled(value: str | None) -> str | None:
+    """A query value, ``None`` for an empty one or a placeholder the UI left unfilled (``{MAP_INDEX}``
+    on an unmapped task instance's page)."""
+    if not value or (value.startswith("{") and value.endswith("}")):
+        return None
+    return value
+
+
+def _map_index(value: str | None) -> int | None:
+    value = _filled(value)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"map_index must be an integer, got {value!r}")
+
+
 def _rows(result: PageResult, decision: str | None) -> Iterable[PublicationRow]:
     return [r for r in result.rows if decision is None or r.decision == decision]
 
@@ -137,7 +155,7 @@ def create_app() -> FastAPI:
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
-        map_index: int | None = None,
+        map_index: str | None = None,
         repository: str | None = None,
         branch: str | None = None,
         decision: str | None = None,
@@ -145,7 +163,9 @@ def create_app() -> FastAPI:
         limit: int = Query(20, ge=1, le=MAX_LIMIT),
     ) -> dict[str, Any]:
         """The publication history rows of a page (see the module's docstring)."""
-        result, total, ui_base = _page(user, dag_id, task_id, run_id, map_index, repository, branch, offset, limit)
+        result, total, ui_base = _page(
+            user, _filled(dag_id), _filled(task_id), _filled(run_id), _map_index(map_index), repository, branch, offset, limit
+        )
         rows = list(_rows(result, decision))
         task_instances = len({(r.dag_id, r.run_id, r.task_id, r.map_index) for r in result.rows})
         published = len({(r.repository, r.output_ref) for r in result.rows if r.output_ref})
@@ -167,7 +187,7 @@ def create_app() -> FastAPI:
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
-        map_index: int | None = None,
+        map_index: str | None = None,
         repository: str | None = None,
         branch: str | None = None,
         decision: str | None = None,
@@ -175,9 +195,9 @@ def create_app() -> FastAPI:
         limit: int = Query(20, ge=1, le=MAX_LIMIT),
     ) -> HTMLResponse:
         """The rows as an HTML page."""
-        # The UI fills {MAP_INDEX} with -1 for an unmapped task; a task-level view leaves the rest empty.
-        run_id, task_id = run_id or None, task_id or None
-        result, total, ui_base = _page(user, dag_id or None, task_id, run_id, map_index, repository, branch, offset, limit)
+        result, total, ui_base = _page(
+            user, _filled(dag_id), _filled(task_id), _filled(run_id), _map_index(map_index), repository, branch, offset, limit
+        )
         rows = list(_rows(result, decision))
         params = {k: v for k, v in request.query_params.items() if k != "offset"}
         return HTMLResponse(render_page(rows, ui_base, total, offset, limit, result, params))

@@ -8,7 +8,7 @@ a user without read access to a DAG never sees its publications.
 
 from __future__ import annotations
 
-import json
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,67 +16,34 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence import failpoints
 from airflow_lakefence.ui.reader import calls_bound
-from tests.integration.helpers import (
-    die_after_publishing,
-    foreign_commit_during_the_job,
-    publish_conf,
-    run_dag,
-    xcoms,
+from tests.integration.helpers import xcoms
+from tests.integration.publications_support import (
+    HIDDEN_DAG,
+    NARROW_USER,
+    PASSWORDS,
+    api_server_app,
+    publications_scenario,
 )
-from tests.integration.publications_auth import HIDDEN_DAG, NARROW_USER
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")
-
-PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw", NARROW_USER: "narrow-pw"}
 
 
 @pytest.fixture
 def scenario(dags: Any, seeded: tuple[lakefs.Repository, str]) -> dict[str, Any]:
-    """Three task instances on one repository's ``main``: fail closed, merge, killed-and-replaced."""
-    repo, _ = seeded
-    failed, error = foreign_commit_during_the_job(dags.py_workspace_dag, dags.FAILURES, seeded)
-    failpoints.disarm_all()
-    merged = run_dag(dags.py_workspace_dag, publish_conf(repo, "main", {"files": {"out/b.txt": "B"}}))
-    assert merged.state == "success"
-    die_after_publishing(repo)
-    replaced = run_dag(dags.py_retry_dag, publish_conf(repo, "main", {"files": {"out/c.txt": "C"}}))
-    assert replaced.state == "success"
-    return {"repo": repo, "failed": failed, "error": error, "merged": merged, "replaced": replaced}
+    """See :func:`publications_scenario`."""
+    return publications_scenario(dags, seeded)
 
 
 @pytest.fixture
-def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict[str, Any]) -> Iterator[Any]:
-    """The Airflow API server's app with users (admin, viewer, and a viewer without HIDDEN_DAG)."""
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The Airflow API server's app with users, through FastAPI's TestClient."""
+    from airflow.api_fastapi import app as api_app
     from fastapi.testclient import TestClient
 
-    passwords = tmp_path / "passwords.json"
-    passwords.write_text(json.dumps(PASSWORDS))
-    monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", "tests.integration.publications_auth.PerDagSimpleAuthManager")
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"admin:admin,viewer:viewer,{NARROW_USER}:viewer")
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
-    from airflow import plugins_manager, settings
-    from airflow.api_fastapi import app as api_app
-
-    if not plugin_entry_point_installed():
-        # An environment installed before the entry point existed: load the provider info's plugins.
-        monkeypatch.setattr(settings, "LAZY_LOAD_PROVIDERS", False)
-
-    for cached in ("_get_plugins", "_get_ui_plugins"):
-        getattr(getattr(plugins_manager, cached, None), "cache_clear", lambda: None)()
-    api_app.purge_cached_app()
-    with TestClient(api_app.create_app(), base_url="http://127.0.0.1") as client:
+    with TestClient(api_server_app(tmp_path, monkeypatch), base_url="http://127.0.0.1") as client:
         yield client
     api_app.purge_cached_app()
-
-
-def plugin_entry_point_installed() -> bool:
-    """Whether the installed distribution declares the view's ``airflow.plugins`` entry point."""
-    import importlib.metadata
-
-    return any(e.value.startswith("airflow_lakefence.") for e in importlib.metadata.entry_points(group="airflow.plugins"))
 
 
 def _token(api: Any, user: str) -> dict[str, str]:
@@ -106,6 +73,9 @@ def test_the_task_view_shows_each_publication_with_its_decision_commits_and_link
     )
     assert merge["input_commit"] == values["input_ref"] and merge["input_ref"] == "main"
     assert merge["judgement_label"] == "live" and merge["current"] is True
+    # The task's extra link "lakeFS publications" opens this view of the task instance.
+    query = urllib.parse.urlencode({"dag_id": "lf_py_workspace", "run_id": merged.run_id, "task_id": "publish", "map_index": -1})
+    assert values["_link_LakeFSPublicationsLink"] == f"/lakefence/view?{query}"
     ui = lakefs_conn["host"].rstrip("/").removesuffix("/api/v1")
     assert merge["links"]["output_ref"] == f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
     assert merge["links"]["compare"] == (
