@@ -34,7 +34,7 @@ from _common import REPO, add_backend_arguments, backend_label, lakefs_process, 
 
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _clone_runs(count: int) -> list[tuple[str, str]]:
@@ -118,7 +118,9 @@ def main() -> None:
         from airflow_lakefence.hooks.lakefs import LakeFSHook
 
         sdk = server.sdk()
-        lakefs.Repository("pubview", client=sdk).create(storage_namespace=f"local://{home}/pubview", default_branch="main")
+        lakefs.Repository("pubview", client=sdk).create(
+            storage_namespace=f"local://{home}/pubview", default_branch="main"
+        )
         sys.path.insert(0, str(home / "dags"))
         import _publications_dag as module
 
@@ -138,13 +140,11 @@ def main() -> None:
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",
         )
-        from airflow import settings
+        from airflow import plugins_manager, settings
         from airflow.api_fastapi.app import create_app
         from fastapi.testclient import TestClient
 
         from airflow_lakefence.ui import app as view
-
-        from airflow import plugins_manager
 
         settings.LAZY_LOAD_PROVIDERS = False  # the provider info's plugins, whatever the install's entry points
         for cached in ("_get_plugins", "_get_ui_plugins"):
@@ -173,10 +173,20 @@ def main() -> None:
 
         serve(0, True)  # the first request imports and connects
         results = {}
-        for name, offset, cold in (("cold, newest page", 0, True), ("warm, newest page", 0, False), ("cold, oldest page", args.publications - 20, True)):
+        for name, offset, cold in (
+            ("cold, newest page", 0, True),
+            ("warm, newest page", 0, False),
+            ("cold, oldest page", args.publications - 20, True),
+        ):
             samples = [serve(offset, cold) for _ in range(args.requests)]
             times = [s[0] for s in samples]
-            results[name] = (statistics.median(times), _p(times, 0.95), samples[0][1], samples[0][2], max(s[3] for s in samples))
+            results[name] = (
+                statistics.median(times),
+                _p(times, 0.95),
+                samples[0][1],
+                samples[0][2],
+                max(s[3] for s in samples),
+            )
     print(f"publications view, {args.publications} publications in the task's history, pages of 20 task instances")
     print(f"lakeFS: {backend_label(args)}; {machine()}; seeding took {seeded:.0f} s")
     print(f"{'request':<20} {'p50 ms':>8} {'p95 ms':>8} {'calls (view)':>13} {'bound':>6} {'calls (server)':>15}")

@@ -212,7 +212,8 @@ def publications_url(base_url: str, dag_id: str, run_id: str, task_id: str, map_
 class LakeFSPublicationsLink(BaseOperatorLink):
     """ "lakeFS publications": the task instance's publication history (every try, its decision,
     commits, what it replaced and what the abandoned-publication sensor says of it now), served by
-    the provider's plugin in the Airflow API server (Airflow 3.1+)."""
+    the provider's plugin in the Airflow API server (Airflow 3; none on Airflow 2, which mounts no
+    FastAPI app)."""
 
     name = "lakeFS publications"
 
@@ -222,9 +223,14 @@ class LakeFSPublicationsLink(BaseOperatorLink):
         :param operator: the task.
         :param ti_key: the task instance (key).
         """
+        import importlib.metadata
+
         from airflow.configuration import conf
 
+        if importlib.metadata.version("apache-airflow").startswith("2."):
+            return ""  # Airflow 2's webserver serves no plugin FastAPI app: nothing to open
         # Unset: a path on the UI's own host (the API server serves both).
         base = conf.get("api", "base_url", fallback="") or ""
-        map_index = getattr(ti_key, "map_index", -1)
-        return publications_url(base, ti_key.dag_id, ti_key.run_id, ti_key.task_id, -1 if map_index is None else map_index)
+        map_index = getattr(ti_key, "map_index", None)
+        map_index = -1 if map_index is None else map_index
+        return publications_url(base, ti_key.dag_id, ti_key.run_id, ti_key.task_id, map_index)

@@ -11,3 +11,5 @@
 PROVIDER_PLUGINS = [
     {"name": "lakefence_publications", "plugin-class": "airflow_lakefence.ui.plugin.LakeFencePublicationsPlugin"}
 ]
+#: Where the API server mounts the view's app.
+URL_PREFIX = "/lakefence"

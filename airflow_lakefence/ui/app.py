@@ -1,6 +1,6 @@
 """The "lakeFS publications" view: a FastAPI app the Airflow API server mounts (Airflow 3.1+).
 
-Two endpoints under the plugin's prefix (:data:`URL_PREFIX`):
+Two endpoints under the plugin's prefix (:data:`airflow_lakefence.ui.URL_PREFIX`):
 
 * ``GET /api/publications`` - the rows as JSON;
 * ``GET /view`` - the same rows as a server-rendered HTML page (what the UI shows in its external
@@ -27,17 +27,14 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
-
-from airflow.api_fastapi.core_api.security import get_user
 
 from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
 from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult, calls_bound
 from airflow_lakefence.ui.source import PageQuery, task_instance_page
 
-#: Where the API server mounts the app.
-URL_PREFIX = "/lakefence"
 #: The most task instances one page shows.
 MAX_LIMIT = 100
 
@@ -138,7 +135,9 @@ def _map_index(value: str | None) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"map_index must be an integer, got {value!r}")
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY, f"map_index must be an integer, got {value!r}"
+        ) from None
 
 
 def _rows(result: PageResult, decision: str | None) -> Iterable[PublicationRow]:
@@ -151,7 +150,7 @@ def create_app() -> FastAPI:
 
     @app.get("/api/publications")
     def publications(
-        user: Any = Depends(get_user),
+        user: GetUserDep,
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
@@ -164,7 +163,15 @@ def create_app() -> FastAPI:
     ) -> dict[str, Any]:
         """The publication history rows of a page (see the module's docstring)."""
         result, total, ui_base = _page(
-            user, _filled(dag_id), _filled(task_id), _filled(run_id), _map_index(map_index), repository, branch, offset, limit
+            user,
+            _filled(dag_id),
+            _filled(task_id),
+            _filled(run_id),
+            _map_index(map_index),
+            repository,
+            branch,
+            offset,
+            limit,
         )
         rows = list(_rows(result, decision))
         task_instances = len({(r.dag_id, r.run_id, r.task_id, r.map_index) for r in result.rows})
@@ -183,7 +190,7 @@ def create_app() -> FastAPI:
     @app.get("/view", response_class=HTMLResponse)
     def view(
         request: Request,
-        user: Any = Depends(get_user),
+        user: GetUserDep,
         dag_id: str | None = None,
         task_id: str | None = None,
         run_id: str | None = None,
@@ -196,7 +203,15 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         """The rows as an HTML page."""
         result, total, ui_base = _page(
-            user, _filled(dag_id), _filled(task_id), _filled(run_id), _map_index(map_index), repository, branch, offset, limit
+            user,
+            _filled(dag_id),
+            _filled(task_id),
+            _filled(run_id),
+            _map_index(map_index),
+            repository,
+            branch,
+            offset,
+            limit,
         )
         rows = list(_rows(result, decision))
         params = {k: v for k, v in request.query_params.items() if k != "offset"}

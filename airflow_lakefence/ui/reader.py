@@ -108,13 +108,15 @@ class HistoryReader:
         with ThreadPoolExecutor(PARALLEL_CALLS) as pool:
             reads = list(pool.map(self._read_ti, ran))
             calls += 2 * len(ran)
-            wanted = sorted({(ti.repository, ref) for ti, r in zip(ran, reads) for ref in commits_to_read(r.records)})
+            wanted = sorted(
+                {(ti.repository, ref) for ti, r in zip(ran, reads, strict=True) for ref in commits_to_read(r.records)}
+            )
             found = list(pool.map(lambda w: self._commit(*w), wanted))
             calls += len(wanted)
-        commits = {ref: commit for (_, ref), commit in zip(wanted, found) if commit is not None}
+        commits = {ref: commit for (_, ref), commit in zip(wanted, found, strict=True) if commit is not None}
         rows: list[PublicationRow] = []
         errors = {}
-        for ti, read in zip(ran, reads):
+        for ti, read in zip(ran, reads, strict=True):
             if read.error is not None:
                 errors[f"{ti.key.dag_id}.{ti.key.task_id}[{ti.key.run_id}, {ti.key.map_index}]"] = read.error
             rows.extend(history_rows(ti, read.records, commits, read.branches))

@@ -72,7 +72,9 @@ def _xcom_values(session: Any, tis: Sequence[Any], keys: Iterable[str]) -> dict[
         return {}
     idents = [(ti.dag_id, ti.run_id, ti.task_id, ti.map_index) for ti in tis]
     rows = session.execute(
-        select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value)
+        select(
+            XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value
+        )
         .where(tuple_(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index).in_(idents))
         .where(XComModel.key.in_(list(keys)))
     ).all()
@@ -114,7 +116,9 @@ def publisher_tasks(session: Any, dag_ids: Sequence[str]) -> dict[tuple[str, str
     return newest
 
 
-def task_instance_page(session: Any, query: PageQuery, staging_prefix: str = "lakefence") -> tuple[list[TaskInstanceFacts], int]:
+def task_instance_page(
+    session: Any, query: PageQuery, staging_prefix: str = "lakefence"
+) -> tuple[list[TaskInstanceFacts], int]:
     """The task instances of one page, newest run first, and how many there are in all.
 
     :param session: an SQLAlchemy session on Airflow's database.
@@ -137,20 +141,24 @@ def task_instance_page(session: Any, query: PageQuery, staging_prefix: str = "la
         }
     if not tasks:
         return [], 0
-    where = [tuple_(TI.dag_id, TI.task_id).in_(list(tasks))]
+    where: list[Any] = [tuple_(TI.dag_id, TI.task_id).in_(list(tasks))]
     if query.run_id is not None:
         where.append(TI.run_id == query.run_id)
     if query.map_index is not None:
         where.append(TI.map_index == query.map_index)
     total = session.scalar(select(func.count()).select_from(TI).where(*where)) or 0
-    tis = session.execute(
-        select(TI)
-        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
-        .where(*where)
-        .order_by(DagRun.run_after.desc(), TI.dag_id, TI.task_id, TI.map_index)
-        .offset(query.offset)
-        .limit(query.limit)
-    ).scalars().all()
+    tis = (
+        session.execute(
+            select(TI)
+            .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
+            .where(*where)
+            .order_by(DagRun.run_after.desc(), TI.dag_id, TI.task_id, TI.map_index)
+            .offset(query.offset)
+            .limit(query.limit)
+        )
+        .scalars()
+        .all()
+    )
     idents = [(ti.dag_id, ti.run_id, ti.task_id, ti.map_index) for ti in tis]
     rendered = {}
     if idents:

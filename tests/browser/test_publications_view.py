@@ -44,7 +44,9 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict[str, 
     from airflow.api_fastapi import app as api_app
 
     port = free_port()
-    served = uvicorn.Server(uvicorn.Config(api_server_app(tmp_path, monkeypatch), host="127.0.0.1", port=port, log_level="warning"))
+    served = uvicorn.Server(
+        uvicorn.Config(api_server_app(tmp_path, monkeypatch), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=served.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -112,7 +114,9 @@ def test_the_publications_tab_shows_each_publication_and_its_links(
     assert rows[failed.run_id].get_attribute("data-decision") == "fail_closed"
     evidence = rows[failed.run_id].find_element(By.CSS_SELECTOR, "td.evidence a")
     assert evidence.text == scenario["error"].staging_branch
-    assert evidence.get_attribute("href") == f"{ui}/repositories/{repo.id}/objects?ref={scenario['error'].staging_branch}"
+    assert (
+        evidence.get_attribute("href") == f"{ui}/repositories/{repo.id}/objects?ref={scenario['error'].staging_branch}"
+    )
     assert "PublishFenceError" in rows[failed.run_id].text
     values = xcoms(merged, "publish")
     published = rows[merged.run_id].find_element(By.CSS_SELECTOR, "td.published a")

@@ -53,7 +53,9 @@ def publications_scenario(dags: Any, seeded: tuple[Any, str]) -> dict[str, Any]:
 
 def plugin_entry_point_installed() -> bool:
     """Whether the installed distribution declares the view's ``airflow.plugins`` entry point."""
-    return any(e.value.startswith("airflow_lakefence.") for e in importlib.metadata.entry_points(group="airflow.plugins"))
+    return any(
+        e.value.startswith("airflow_lakefence.") for e in importlib.metadata.entry_points(group="airflow.plugins")
+    )
 
 
 def api_server_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -57,7 +57,9 @@ def test_the_task_view_shows_each_publication_with_its_decision_commits_and_link
 ) -> None:
     repo, merged, failed = scenario["repo"], scenario["merged"], scenario["failed"]
     headers = _token(api, "viewer")
-    answer = api.get("/lakefence/api/publications", params={"dag_id": "lf_py_workspace", "task_id": "publish"}, headers=headers)
+    answer = api.get(
+        "/lakefence/api/publications", params={"dag_id": "lf_py_workspace", "task_id": "publish"}, headers=headers
+    )
     assert answer.status_code == 200, answer.text
     page = answer.json()
     # The session's database holds earlier tests' runs too: this test's are the two newest.
@@ -74,7 +76,9 @@ def test_the_task_view_shows_each_publication_with_its_decision_commits_and_link
     assert merge["input_commit"] == values["input_ref"] and merge["input_ref"] == "main"
     assert merge["judgement_label"] == "live" and merge["current"] is True
     # The task's extra link "lakeFS publications" opens this view of the task instance.
-    query = urllib.parse.urlencode({"dag_id": "lf_py_workspace", "run_id": merged.run_id, "task_id": "publish", "map_index": -1})
+    query = urllib.parse.urlencode(
+        {"dag_id": "lf_py_workspace", "run_id": merged.run_id, "task_id": "publish", "map_index": -1}
+    )
     assert values["_link_LakeFSPublicationsLink"] == f"/lakefence/view?{query}"
     ui = lakefs_conn["host"].rstrip("/").removesuffix("/api/v1")
     assert merge["links"]["output_ref"] == f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
@@ -142,5 +146,7 @@ def test_a_user_without_access_to_a_dag_never_sees_its_publications(api: Any, sc
 def test_the_ui_lists_the_external_views(api: Any) -> None:
     answer = api.get("/api/v2/plugins", headers=_token(api, "admin"))
     assert answer.status_code == 200, answer.text
-    views = [v for p in answer.json()["plugins"] for v in p.get("external_views", []) if v["name"] == "lakeFS publications"]
+    views = [
+        v for p in answer.json()["plugins"] for v in p.get("external_views", []) if v["name"] == "lakeFS publications"
+    ]
     assert {v["destination"] for v in views} == {"task_instance", "task", "dag", "nav"}

@@ -51,7 +51,11 @@ def test_a_cleared_success_replaced_by_its_next_try_is_superseded_and_named() ->
     record_publication(state, "p2", 2, "replace")
     commits = {"p1": _publication(1, "p1", "s1"), "p2": _publication(2, "p2", "s2")}
     newest, oldest = history_rows(_facts(2, "success", "p2"), state.values, commits, [])
-    assert (newest.try_number, newest.decision, newest.replaced) == (2, "replace", {"output_ref": "p1", "try_number": 1})
+    assert (newest.try_number, newest.decision, newest.replaced) == (
+        2,
+        "replace",
+        {"output_ref": "p1", "try_number": 1},
+    )
     assert newest.judgement_label == "live"
     assert (oldest.superseded_by, oldest.judgement) == (2, "abandoned")  # the sensor's word for it off HEAD
 

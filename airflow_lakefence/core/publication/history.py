@@ -23,6 +23,7 @@ One row per try of the task instance (tries ``1..try_number``, newest first):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,13 +253,13 @@ def history_rows(
     # Which later try replaced each reported publication (the try that replaced or relocated it).
     superseded_by: dict[int, int] = {}
     numbers = sorted(published)
-    for earlier, later in zip(numbers, numbers[1:], strict=False):
+    for earlier, later in itertools.pairwise(numbers):
         if published[later].get("decision") in ("replace", "relocate"):
             superseded_by[earlier] = later
     rows = []
     top = max([ti.try_number, *published, *kept_by], default=0)
     for number in range(top, 0, -1):
-        common = {
+        common: dict[str, Any] = {
             "dag_id": ti.key.dag_id,
             "run_id": ti.key.run_id,
             "task_id": ti.key.task_id,
