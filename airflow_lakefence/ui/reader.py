@@ -4,7 +4,8 @@ A page is a list of task instances (:class:`~airflow_lakefence.core.publication.
 from Airflow's database). For each of them the reader makes, whatever the history depth:
 
 * one listing of its run's records on the run-state branch (:func:`read_run_state`);
-* one listing of its key's staging branches (evidence still kept; the newest try's branch);
+* one listing of its key's staging branches, only when its rows need it
+  (:func:`needs_staging_branches`: it recorded evidence, or it is running);
 
 and then one ``get_commit`` per distinct commit a try of the page reported (its output: the staged
 commit and the input its ``lakefence.*`` metadata names). So a page of ``P`` task instances with ``R``
@@ -19,19 +20,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_lakefence.core.names.staging_names import staging_branch_prefix
 from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.publication.abandonment import LIVE_STATES
 from airflow_lakefence.core.publication.history import (
     PublicationRow,
     TaskInstanceFacts,
     commits_to_read,
     history_rows,
 )
+from airflow_lakefence.core.records.run_state import EVIDENCE_KEY
 from airflow_lakefence.exceptions import LakeFenceError, LakeFSNotFoundError
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state
@@ -68,8 +71,18 @@ class PageResult:
 @dataclass
 class _TiRead:
     records: dict[str, Any] = field(default_factory=dict)
-    branches: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
+
+
+def needs_staging_branches(ti: TaskInstanceFacts, records: Mapping[str, Any]) -> bool:
+    """Whether a task instance's rows need its key's staging branches: to tell which evidence branch
+    is still kept (it recorded evidence), or the newest try's branch (the sensor's judgement of a
+    running task instance).
+
+    :param ti: the task instance.
+    :param records: its run's records.
+    """
+    return ti.state in LIVE_STATES or any(key.startswith(EVIDENCE_KEY + "/") for key in records)
 
 
 class HistoryReader:
@@ -104,36 +117,42 @@ class HistoryReader:
 
     def _read(self, page: Sequence[TaskInstanceFacts]) -> PageResult:
         ran = [ti for ti in page if ti.try_number >= 1]
-        calls = 0
         with ThreadPoolExecutor(PARALLEL_CALLS) as pool:
-            reads = list(pool.map(self._read_ti, ran))
-            calls += 2 * len(ran)
+            reads = list(pool.map(self._records, ran))
+            listed = [ti for ti, r in zip(ran, reads, strict=True) if needs_staging_branches(ti, r.records)]
             wanted = sorted(
                 {(ti.repository, ref) for ti, r in zip(ran, reads, strict=True) for ref in commits_to_read(r.records)}
             )
+            # The second round at once: the listings some task instances need, and the commits.
+            listings = pool.map(self._branches, listed)
             found = list(pool.map(lambda w: self._commit(*w), wanted))
-            calls += len(wanted)
+            branches = dict(zip((id(ti) for ti in listed), listings, strict=True))
+        calls = len(ran) + len(listed) + len(wanted)
         commits = {ref: commit for (_, ref), commit in zip(wanted, found, strict=True) if commit is not None}
         rows: list[PublicationRow] = []
         errors = {}
         for ti, read in zip(ran, reads, strict=True):
-            if read.error is not None:
-                errors[f"{ti.key.dag_id}.{ti.key.task_id}[{ti.key.run_id}, {ti.key.map_index}]"] = read.error
-            rows.extend(history_rows(ti, read.records, commits, read.branches))
+            names, error = branches.get(id(ti), ([], None))
+            message = "; ".join(m for m in (read.error, error) if m)
+            if message:
+                errors[f"{ti.key.dag_id}.{ti.key.task_id}[{ti.key.run_id}, {ti.key.map_index}]"] = message
+            rows.extend(history_rows(ti, read.records, commits, names))
         return PageResult(rows, calls, errors)
 
-    def _read_ti(self, ti: TaskInstanceFacts) -> _TiRead:
+    def _records(self, ti: TaskInstanceFacts) -> _TiRead:
         read = _TiRead()
         try:
             read.records = read_run_state(self.client, ti.repository, ti.key)
         except LakeFenceError as exc:
             read.error = f"run state: {exc}"
+        return read
+
+    def _branches(self, ti: TaskInstanceFacts) -> tuple[list[tuple[str, str]], str | None]:
         try:
             prefix = staging_branch_prefix(ti.key, ti.staging_prefix)
-            read.branches = self.client.list_branches(ti.repository, prefix, show_hidden=True)
+            return self.client.list_branches(ti.repository, prefix, show_hidden=True), None
         except LakeFenceError as exc:
-            read.error = f"{read.error + '; ' if read.error else ''}staging branches: {exc}"
-        return read
+            return [], f"staging branches: {exc}"
 
     def _commit(self, repository: str, ref: str) -> CommitInfo | None:
         try:
