@@ -2,7 +2,7 @@
 
 Airflow reads its configuration at import time, so the environment is set here, before any test
 module imports it. The lakeFS fixtures (``lakefence_server``, ``lakefence_repo``, ...) come from the
-package's opt-in pytest plugin (``airflow_lakefence.testing.pytest_plugin``, asked for below):
+opt-in pytest plugin of ``lakefence_testing`` (``lakefence_testing.pytest_plugin``, asked for below):
 ``--lakefs-backend=local|real|both`` picks the local server, real lakeFS (built from the Go module
 in ``tests/real_lakefs`` and started by :func:`lakefence_real_lakefs`), or both.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 #: The package's lakeFS fixtures: loaded here only (the plugin is not an entry point), for every run of the suite.
-pytest_plugins = ["airflow_lakefence.testing.pytest_plugin"]
+pytest_plugins = ["lakefence_testing.pytest_plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
 _HOME = Path(tempfile.mkdtemp(prefix="lakefence-airflow-"))
@@ -69,27 +69,27 @@ ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster", "browser
 #   (merge, noop, replace, relocate, idempotent, read_only, fail closed, stale), the examples, the
 #   operator's usability and the hard fence's operator, on both backends;
 # - --lakefs-backend=local (or real) alone still runs every test on that one backend.
-PROTOCOL_TIERS = ("tests/integration/", "tests/reliability/", "tests/hard_fence/")
+PROTOCOL_TIERS = ("tests/integration/", "tests/examples/", "tests/real_lakefs/", "tests/reliability/")
 LOCAL_SMOKE = (
     # merge, noop, replace, relocate, read_only, fail closed with evidence, stale and cleared attempts
-    "tests/integration/test_fenced_publish.py::",
+    "tests/integration/operators/test_fenced_spark.py::",
     # idempotent: a merge whose answer was lost is found, not repeated
-    "tests/integration/test_publish_faults_and_costs.py::test_merge_answer_lost_is_not_repeated",
-    "tests/integration/test_examples.py::",
-    "tests/integration/test_example_python.py::",
-    "tests/integration/test_sensors_monitoring_example.py::",
-    "tests/integration/test_operator_usability.py::",
-    "tests/hard_fence/test_operator_hard_fence.py::",
+    "tests/integration/operators/test_fenced_spark_faults.py::test_merge_answer_lost_is_not_repeated",
+    "tests/examples/test_examples.py::",
+    "tests/examples/test_example_python.py::",
+    "tests/examples/test_example_monitoring.py::",
+    "tests/integration/operators/test_fenced_spark_usability.py::",
+    "tests/integration/operators/test_fenced_spark_hard_fence.py::",
     # the scoped hard fence (Lua diff_refs inside the merge) as DAG authors' local server runs it
-    "tests/hard_fence/test_scoped_hard_fence.py::",
+    "tests/integration/core/fences/test_hard_scoped.py::",
     # many writers on one branch: the scoped fence through the engine and the operators, and its cost
-    "tests/integration/test_scoped_publish.py::",
-    "tests/integration/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
+    "tests/integration/core/test_engine_scoped.py::",
+    "tests/integration/cost/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
     # a branch per run and airflow-provider-lakefs's operators, as DAG authors migrating run them
-    "tests/integration/test_run_branch.py::",
-    "tests/integration/test_run_branch_cost.py::",
-    "tests/integration/test_lakefs_provider_operators.py::",
-    "tests/integration/test_example_branch_per_run.py::",
+    "tests/integration/operators/test_run_branch.py::",
+    "tests/integration/cost/test_run_branch_cost.py::",
+    "tests/integration/operators/test_lakefs.py::",
+    "tests/examples/test_example_branch_per_run.py::",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"
@@ -180,7 +180,7 @@ def airflow_db() -> Path:
 @pytest.fixture(scope="session")
 def lakefence_real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The real backend's lakeFS: built from ``tests/real_lakefs`` (cached), started for the session."""
-    from airflow_lakefence.testing.pytest_plugin import real_lakefs_unavailable
+    from lakefence_testing.pytest_plugin import real_lakefs_unavailable
     from tests.tools.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 
     try:

@@ -32,6 +32,7 @@ from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
 from airflow_lakefence.core.publication.publisher import Publisher, supersedes
+from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.records.metadata import output_prefixes_metadata
 from airflow_lakefence.core.records.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
 from airflow_lakefence.core.records.run_state import (
@@ -127,7 +128,7 @@ class PublishEngine:
         run_state: RunStatePort | None = None,
     ) -> None:
         self.lakefs = lakefs
-        self.fence = fence
+        self.attempt_fence = fence
         self.request = request.validated()
         self.log: Log = log or logging.getLogger(__name__)
         self.job_name = job_name
@@ -159,11 +160,11 @@ class PublishEngine:
                 with guard.run_state_may_be_archived("before the job", staging):
                     pin_input(self.run_state, req.input_ref, input_commit)
             tell.staging_created(staging)
-            fence = publisher.check_hard_fence(input_commit, target_head)
+            hard_fence = publisher.check_hard_fence(input_commit, target_head)
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
-            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
+            hard_fence = publisher.note_written(hard_fence, (name for name, _ in workspace.files))
             with guard.staging_may_vanish("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
                 tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
@@ -171,9 +172,9 @@ class PublishEngine:
             guard.ensure_current("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
             guard.ensure_publish_budget()  # step 9
-            decision, output_ref = publisher.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, target_head, superseded, fence
-            )
+            strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
+            record = publisher.record(attempt, input_commit, staged)
+            decision, output_ref = strategy.publish(StagedOutput(attempt, staging, input_commit, staged, record))
             failpoints.hit("after_verify")
             published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
             result = self._report(guard, evidence, tell, attempt, staging, published, workspace, tables)  # step 12
@@ -192,10 +193,10 @@ class PublishEngine:
         req = self.request
         reading = in_background(read_target_head, self.lakefs, req)  # step 1: repository and target exist
         try:
-            self.fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
+            self.attempt_fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
         finally:
             target_head = reading.result()  # a bad target is what this attempt reports first
-        attempt = self.fence.attempt
+        attempt = self.attempt_fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
         pinned = None
         if attempt.try_number > 1:  # try numbers only grow: a first try has no earlier try's pin to read
@@ -269,9 +270,11 @@ class PublishEngine:
         """The attempt's collaborators, one per concern (built per run: they hold the attempt's state)."""
         req = self.request
         guard = AttemptGuard(
-            self.lakefs, self.fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
+            self.lakefs, self.attempt_fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
         )
-        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
+        area = StagingArea(
+            self.lakefs, req, guard, self.attempt_fence, self.log, self.clock, self.job_name, self.job_error
+        )
         publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
         evidence = Evidence(
             self.lakefs,
