@@ -24,7 +24,7 @@ from tests.browser.conftest import free_port
 from tests.conftest import REPO
 from tests.integration.conftest import dags, seeded  # noqa: F401 - the scenario's fixtures
 from tests.integration.helpers import xcoms
-from tests.integration.publications_support import PASSWORDS, api_server_app, publications_scenario
+from tests.integration.ui.publications_support import PASSWORDS, api_server_app, publications_scenario
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_lakefence.ui.reader import calls_bound
 from tests.integration.helpers import xcoms
-from tests.integration.publications_support import (
+from tests.integration.ui.publications_support import (
     HIDDEN_DAG,
     NARROW_USER,
     PASSWORDS,
