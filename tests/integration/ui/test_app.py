@@ -152,3 +152,34 @@ def test_the_ui_lists_the_external_views(api: Any) -> None:
         v for p in answer.json()["plugins"] for v in p.get("external_views", []) if v["name"] == "lakeFS publications"
     ]
     assert {v["destination"] for v in views} == {"task_instance", "task", "dag", "nav"}
+
+
+def test_a_ui_clear_of_a_success_shows_the_superseded_publication(
+    api: Any, dags: Any, seeded: tuple[lakefs.Repository, str]
+) -> None:
+    """A successful run cleared and run again (a day re-run): try 2 replaces try 1's publication on
+    purpose, and try 1's row says so."""
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+
+    from tests.integration.helpers import publish_conf, run_dag, run_existing
+
+    repo, _ = seeded
+    first = run_dag(dags.py_workspace_dag, publish_conf(repo, "main", {"files": {"out/d.txt": "D"}}))
+    assert first.state == "success"
+    before = xcoms(first, "publish")["output_ref"]
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=first.dag_id, run_id=first.run_id).all()
+        clear_task_instances(tis, session)
+    again = run_existing(dags.py_workspace_dag, first.run_id)
+    assert again.state == "success"
+    after = xcoms(again, "publish")["output_ref"]
+    params = {"dag_id": "lf_py_workspace", "run_id": first.run_id, "task_id": "publish"}
+    rows = api.get("/lakefence/api/publications", params=params, headers=_token(api, "viewer")).json()["rows"]
+    assert [(r["try_number"], r["decision"], r["output_ref"]) for r in rows] == [
+        (2, "replace", after),
+        (1, "merge", before),
+    ]
+    assert rows[0]["replaced"] == {"output_ref": before, "try_number": 1} and rows[0]["judgement_label"] == "live"
+    assert rows[1]["superseded_by"] == 2
+    assert rows[0]["links"]["replaced"].endswith(f"/commits/{before}")
