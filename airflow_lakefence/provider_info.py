@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_lakefence import __version__
+from airflow_lakefence.ui import PROVIDER_PLUGINS
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -87,8 +88,10 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_lakefence.links.lakefs.LakeFSCommitLink",
             "airflow_lakefence.links.lakefs.LakeFSOutputLink",
             "airflow_lakefence.links.lakefs.LakeFSStagingLink",
+            "airflow_lakefence.links.lakefs.LakeFSPublicationsLink",
             "airflow_lakefence.links.lakefs.LakeFSSensorCommitLink",
         ],
+        "plugins": PROVIDER_PLUGINS,
         "asset-uris": [
             {
                 "schemes": ["lakefs"],

@@ -189,3 +189,48 @@ class LakeFSSensorCommitLink(_LakeFSXComLink):
 
     def _build(self, ui_base_url: str, repository: str, value: str) -> str:
         return commit_url(ui_base_url, repository, value)
+
+
+#: Where the "lakeFS publications" view is served (``airflow_lakefence.ui``; Airflow 3.1+).
+PUBLICATIONS_VIEW_PATH = "/lakefence/view"
+
+
+def publications_url(base_url: str, dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    """The "lakeFS publications" view of one task instance (its history: every try, what each published).
+
+    :param base_url: the Airflow API server's base URL (``[api] base_url``), ``""`` for a link
+        relative to the UI's host.
+    :param dag_id: the DAG.
+    :param run_id: the run.
+    :param task_id: the task.
+    :param map_index: the map index.
+    """
+    query = urllib.parse.urlencode({"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index})
+    return f"{base_url.rstrip('/')}{PUBLICATIONS_VIEW_PATH}?{query}"
+
+
+class LakeFSPublicationsLink(BaseOperatorLink):
+    """ "lakeFS publications": the task instance's publication history (every try, its decision,
+    commits, what it replaced and what the abandoned-publication sensor says of it now), served by
+    the provider's plugin in the Airflow API server (Airflow 3; none on Airflow 2, which mounts no
+    FastAPI app)."""
+
+    name = "lakeFS publications"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """Return the view's URL for the task instance of ``ti_key``.
+
+        :param operator: the task.
+        :param ti_key: the task instance (key).
+        """
+        import importlib.metadata
+
+        from airflow.configuration import conf
+
+        if importlib.metadata.version("apache-airflow").startswith("2."):
+            return ""  # Airflow 2's webserver serves no plugin FastAPI app: nothing to open
+        # Unset: a path on the UI's own host (the API server serves both).
+        base = conf.get("api", "base_url", fallback="") or ""
+        map_index = getattr(ti_key, "map_index", None)
+        map_index = -1 if map_index is None else map_index
+        return publications_url(base, ti_key.dag_id, ti_key.run_id, ti_key.task_id, map_index)

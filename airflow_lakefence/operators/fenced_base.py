@@ -37,7 +37,13 @@ from airflow_lakefence.exceptions import InvalidInputError, JobError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.run_state_store import LakeFSRunState
-from airflow_lakefence.links.lakefs import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
+from airflow_lakefence.links.lakefs import (
+    LakeFSCommitLink,
+    LakeFSOutputLink,
+    LakeFSPublicationsLink,
+    LakeFSStagingLink,
+    commit_url,
+)
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (
@@ -184,7 +190,7 @@ class FencedPublishOperatorBase(BaseOperator):
         (:meth:`~airflow_lakefence.core.request.PublishRequest.validated`).
     """
 
-    operator_extra_links = (LakeFSCommitLink(), LakeFSOutputLink(), LakeFSStagingLink())
+    operator_extra_links = (LakeFSCommitLink(), LakeFSOutputLink(), LakeFSStagingLink(), LakeFSPublicationsLink())
     #: How messages name the job, and the error a failed job is reported as.
     job_name: ClassVar[str] = "job"
     job_error: ClassVar[type[JobError]] = JobError

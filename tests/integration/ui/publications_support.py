@@ -1,0 +1,79 @@
+"""What the publications view's tests share: a scenario, the API server app with users, and an auth
+manager with users for the permission tests: Airflow's
+SimpleAuthManager (users and roles from ``[core] simple_auth_manager_users``), where the user
+``narrow`` (a viewer) may read every DAG but :data:`HIDDEN_DAG` - the per-DAG rule a real
+deployment's auth manager (FAB, Keycloak...) expresses with its own permissions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+HIDDEN_DAG = "lf_py_retry"
+NARROW_USER = "narrow"
+PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw", NARROW_USER: "narrow-pw"}
+
+
+class PerDagSimpleAuthManager(SimpleAuthManager):
+    """SimpleAuthManager, but :data:`NARROW_USER` has no access to :data:`HIDDEN_DAG`."""
+
+    def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+        if user.get_name() == NARROW_USER and details is not None and details.id == HIDDEN_DAG:
+            return False
+        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+    def get_authorized_dag_ids(self, *, user: Any, method: Any = "GET", **kwargs: Any) -> set[str]:
+        found = super().get_authorized_dag_ids(user=user, method=method, **kwargs)
+        return {d for d in found if not (user.get_name() == NARROW_USER and d == HIDDEN_DAG)}
+
+
+def publications_scenario(dags: Any, seeded: tuple[Any, str]) -> dict[str, Any]:
+    """Three task instances on one repository's ``main`` under ``dag.test()``: a try that failed closed
+    (another writer committed during its job; its staging branch kept as evidence), a first-try
+    merge, and a worker killed after publishing whose retry replaced its publication."""
+    from airflow_lakefence import failpoints
+    from tests.integration.helpers import die_after_publishing, foreign_commit_during_the_job, publish_conf, run_dag
+
+    repo, _ = seeded
+    failed, error = foreign_commit_during_the_job(dags.py_workspace_dag, dags.FAILURES, seeded)
+    failpoints.disarm_all()
+    merged = run_dag(dags.py_workspace_dag, publish_conf(repo, "main", {"files": {"out/b.txt": "B"}}))
+    assert merged.state == "success"
+    die_after_publishing(repo)
+    replaced = run_dag(dags.py_retry_dag, publish_conf(repo, "main", {"files": {"out/c.txt": "C"}}))
+    assert replaced.state == "success"
+    failpoints.disarm_all()
+    return {"repo": repo, "failed": failed, "error": error, "merged": merged, "replaced": replaced}
+
+
+def plugin_entry_point_installed() -> bool:
+    """Whether the installed distribution declares the view's ``airflow.plugins`` entry point."""
+    return any(
+        e.value.startswith("airflow_lakefence.") for e in importlib.metadata.entry_points(group="airflow.plugins")
+    )
+
+
+def api_server_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Airflow API server's app (``airflow.api_fastapi.app.create_app()``, the UI included) with
+    users: ``admin``, ``viewer`` and ``narrow`` (a viewer without :data:`HIDDEN_DAG`)."""
+    from airflow import plugins_manager, settings
+    from airflow.api_fastapi import app as api_app
+
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", f"{__name__}.PerDagSimpleAuthManager")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"admin:admin,viewer:viewer,{NARROW_USER}:viewer")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    if not plugin_entry_point_installed():
+        # An environment installed before the entry point existed: load the provider info's plugins.
+        monkeypatch.setattr(settings, "LAZY_LOAD_PROVIDERS", False)
+    for cached in ("_get_plugins", "_get_ui_plugins"):
+        getattr(getattr(plugins_manager, cached, None), "cache_clear", lambda: None)()
+    api_app.purge_cached_app()
+    return api_app.create_app()
