@@ -21,6 +21,7 @@ from airflow.providers.common.compat.sdk import Asset, BaseOperator
 
 from airflow_lakefence import assets as lakefs_assets
 from airflow_lakefence.attempt import AttemptFence
+from airflow_lakefence.core.adoption import DurableJobPort
 from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.engine import (
     PublishEngine,
@@ -231,6 +232,7 @@ class FencedPublishOperatorBase(BaseOperator):
         # same validator runs again in each try on the rendered values.
         self._request(self.output_tables).validated(parse_time=True)
         self._fence: AttemptFence | None = None
+        self._run_state: LakeFSRunState | None = None
         self._outcome: PublishResult | None = None
         # Declared as they are, so Airflow knows this task produces them (the Assets view, the
         # graph); their events are emitted only when the attempt published (see _emit_asset_events).
@@ -301,6 +303,13 @@ class FencedPublishOperatorBase(BaseOperator):
         """
         raise NotImplementedError
 
+    def durable_jobs(self, context: Any) -> DurableJobPort | None:
+        """The adapter's durable jobs, when its job outlives its process (a retry may adopt it).
+
+        :param context: the Airflow context.
+        """
+        return None
+
     # -- the protocol -----------------------------------------------------------------------------
 
     def execute(self, context: Any) -> str:
@@ -316,6 +325,13 @@ class FencedPublishOperatorBase(BaseOperator):
         if timeout is not None:
             request = dataclasses.replace(request, deadline=time.monotonic() + timeout)
         fence = self._fence = AttemptFence(context, grace_period=self.options.stale_grace_period)
+        run_state = self._run_state = LakeFSRunState(
+            self.lakefs,
+            self.repository,
+            fence.attempt.key,
+            source_branch=self.target_branch,
+            fresh=fence.attempt.try_number <= 1,
+        )
         engine = PublishEngine(
             self.lakefs,
             fence,
@@ -323,13 +339,7 @@ class FencedPublishOperatorBase(BaseOperator):
             log=self.log,
             job_name=self.job_name,
             job_error=self.job_error,
-            run_state=LakeFSRunState(
-                self.lakefs,
-                self.repository,
-                fence.attempt.key,
-                source_branch=self.target_branch,
-                fresh=fence.attempt.try_number <= 1,
-            ),
+            run_state=run_state,
         )
         self._validate_outlets()
         self.validate_job()
@@ -339,7 +349,9 @@ class FencedPublishOperatorBase(BaseOperator):
             published=lambda outcome: self._report(context, outcome, staging_pushed=reporter.staging is not None),
         )
         try:
-            result = engine.run(lambda locations: self.run_job(context, locations), reporter)
+            result = engine.run(
+                lambda locations: self.run_job(context, locations), reporter, durable=self.durable_jobs(context)
+            )
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,
             # and the link must not point at a branch that is gone.
