@@ -171,7 +171,9 @@ class PublishEngine:
         adoption = self._decide_adoption(durable, guard, attempt, staging, input_commit)
         if adoption is not None and adoption.adopt:
             assert adoption.record is not None
+            assert durable is not None
             staging = self._adopt(adoption.record, attempt, guard, area, publisher)
+            durable.adopt(adoption.record)
         evidence.remove_earlier_branches(attempt, staging)  # step 3 (an adopted branch is this try's now)
         if durable is not None:
             guard.keep = self._keeper(durable, attempt, staging)
