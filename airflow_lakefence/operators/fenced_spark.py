@@ -321,8 +321,11 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         env = self.job_environment(locations)
         master = self._spark_master()
         extra: dict[str, str] = {}
-        if "yarn" in master or "k8s" in master:
-            self.log.warning("YARN/Kubernetes master: lakeFS credentials are not passed to the job")
+        # Standalone cluster mode: the provider refuses env_vars (the driver runs on a worker, with
+        # the worker's environment): the job reads its locations from the spark.lakefence.* confs.
+        standalone_cluster = master.startswith("spark://") and self._deploy_mode_of() == "cluster"
+        if "yarn" in master or "k8s" in master or standalone_cluster:
+            self.log.warning("YARN/Kubernetes/standalone-cluster master: lakeFS credentials are not passed to the job")
         else:
             extra = self.lakefs_hook.credentials_env()
         if master.startswith("local") and "SPARK_LOCAL_IP" not in {**os.environ, **(self.env_vars or {})}:
@@ -339,10 +342,20 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         arguments = _SubmitArguments(
             self,
             conf={**conf, **{f"spark.lakefence.{conf_name(k)}": v for k, v in env.items()}},
-            env_vars={**(self.env_vars or {}), **env, **extra},
+            env_vars=self.env_vars if standalone_cluster else {**(self.env_vars or {}), **env, **extra},
             packages=packages,
         )
         return SparkSubmitOperator._get_hook(cast(SparkSubmitOperator, arguments))
+
+    def _deploy_mode_of(self) -> str | None:
+        """The deploy mode the provider uses: the task's, else the connection's ``deploy-mode`` extra."""
+        if self._deploy_mode:
+            return str(self._deploy_mode)
+        try:
+            mode = BaseHook.get_connection(self.spark_conn_id).extra_dejson.get("deploy-mode")
+        except Exception:
+            return None
+        return None if mode is None else str(mode)
 
     def execute(self, context: Any) -> str:  # type: ignore[override]
         """Run the fenced protocol around the Spark job; return the output ref.
