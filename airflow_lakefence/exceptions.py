@@ -2,7 +2,7 @@
 
 Every failure the package raises derives from :class:`LakeFenceError`, so a DAG author can catch
 one root. lakeFS SDK and HTTP errors are translated into :class:`LakeFSError` subclasses once, at
-the adapter boundary (:mod:`airflow_lakefence.lakefs_errors`); no SDK exception, and no sorting of
+the adapter boundary (:mod:`airflow_lakefence.lakefs_adapter.errors`); no SDK exception, and no sorting of
 lakeFS's messages by their text, leaks past it.
 
 Messages never contain credentials: they name the repository, branch, ref and operation only.

@@ -189,7 +189,7 @@ def check_outcome(server: Any, repository: str) -> None:
     """Every date's partition holds one file, and the target has one publication per date."""
     import lakefs
 
-    from airflow_lakefence.core.metadata import ROLE_PUBLISH, decode_metadata
+    from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, decode_metadata
 
     repo = lakefs.Repository(repository, client=server.sdk())
     paths = [o.path for o in repo.branch("main").objects(prefix="tables/daily/")]

@@ -7,7 +7,7 @@ One local SparkSession (Delta + S3A, as the Delta tier sets it up) against a rea
 - **staged**: what a fenced publish of the same append does around the write: a hidden staging
   branch from main's HEAD, the write (with the attempt's ``txnAppId``/``txnVersion``), a commit,
   lakeFS's two-dot diff of input → staged commit and a listing of the input's ``_delta_log/``,
-  :func:`airflow_lakefence.core.delta.check_delta_changes`, the merge into main, the branch's
+  :func:`airflow_lakefence.core.staging.delta_tables.check_delta_changes`, the merge into main, the branch's
   deletion. (The operator's own steps — attempt fences, XCom — are not included: see
   docs/performance.md for those.)
 
@@ -96,8 +96,8 @@ def spark_session() -> Any:
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
-    from airflow_lakefence.delta import with_delta
     from airflow_lakefence.spark import COMMITTER_SETTINGS, hadoop_aws_coordinate
+    from airflow_lakefence.spark.delta import with_delta
 
     builder = with_delta(
         SparkSession.builder.master("local[2]")
@@ -123,13 +123,18 @@ def main() -> None:
 
     import lakefs
 
-    from airflow_lakefence.core.delta import DeltaTableOutput, PathChange, check_delta_changes, latest_version
     from airflow_lakefence.core.engine import PublishEngine, PublishRequest
-    from airflow_lakefence.core.keys import AttemptId, PublicationKey
-    from airflow_lakefence.core.locations import AttemptLocations
-    from airflow_lakefence.delta import delta_table
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+    from airflow_lakefence.core.names.locations import AttemptLocations
+    from airflow_lakefence.core.staging.delta_tables import (
+        DeltaTableOutput,
+        PathChange,
+        check_delta_changes,
+        latest_version,
+    )
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
     from airflow_lakefence.spark import configure_s3a
+    from airflow_lakefence.spark.delta import delta_table
 
     table = DeltaTableOutput(TABLE_ROOT)
     with lakefs_endpoint(args.endpoint) as (url, key, secret):

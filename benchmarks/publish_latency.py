@@ -87,7 +87,7 @@ class Bench:
         self.dag = dags.fenced_fake_hard_dag if hard_fence else dags.fenced_fake_dag
         if hard_fence:  # on the input, so every publication built on it carries the hook
             from airflow_lakefence.hardfence import install_hard_fence
-            from airflow_lakefence.lakefs_client import LakeFSClient
+            from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
             adapter = LakeFSClient(server.url, server.access_key_id, server.secret_access_key)
             self.input_commit = install_hard_fence(adapter, REPOSITORY, "main").head
@@ -107,7 +107,7 @@ class Bench:
 
     def fenced(self) -> tuple[float, int]:
         from airflow_lakefence import failpoints
-        from airflow_lakefence.core.hardfence import forget_checks
+        from airflow_lakefence.core.fences.hard import forget_checks
 
         dags = self.dags
         target = self._target()

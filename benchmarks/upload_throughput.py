@@ -76,7 +76,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one upload as the spec says; return seconds, peak RSS and the RSS before uploading."""
     import lakefs
 
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
     secret = os.environ[SECRET_ENV]
     files = [(path, Path(local)) for path, local in spec["files"]]

@@ -25,10 +25,10 @@ from pathlib import Path
 import pendulum
 from airflow.providers.common.compat.sdk import DAG, Asset
 
-from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.operators import FencedSparkPublishOperator, LakeFSResolveRefOperator, PublishOptions
 from airflow_lakefence.spark import JobEnvironmentError
+from airflow_lakefence.spark.delta import DELTA_SESSION_CONF, delta_package
 
 REPOSITORY = os.environ.get("LAKEFENCE_EXAMPLE_REPOSITORY", "example-repo")
 TARGET = "main"

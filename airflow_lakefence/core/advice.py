@@ -1,6 +1,6 @@
 """Fail-closed messages that say what happened *and what to do*.
 
-The publish fence (:mod:`airflow_lakefence.core.fence`) decides; this module explains a
+The publish fence (:mod:`airflow_lakefence.core.fences.publish`) decides; this module explains a
 ``fail_closed`` decision for the person who reads the task log, from the same values: the target's
 HEAD, the input commit and the attempt. Every message ends with ``What to do:``.
 
@@ -9,9 +9,9 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
-from airflow_lakefence.core.fence import HeadState, Reason
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.fences.publish import HeadState, Reason
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.records.metadata import decode_metadata
 
 WHAT_TO_DO = "What to do:"
 _PIN_DOC = "docs/output-correctness.md#the-input-pin"
@@ -34,10 +34,10 @@ def fail_closed_message(
     kept_in: str | None = None,
 ) -> str:
     """Say why publishing into ``target`` is refused, and what the user can do: the message of the
-    fence's refusal ``code`` (:func:`~airflow_lakefence.core.fence.decide_publish` decided it; this
+    fence's refusal ``code`` (:func:`~airflow_lakefence.core.fences.publish.decide_publish` decided it; this
     only words it).
 
-    :param code: the refusal's code (a fail-closed :class:`~airflow_lakefence.core.fence.Reason`).
+    :param code: the refusal's code (a fail-closed :class:`~airflow_lakefence.core.fences.publish.Reason`).
     :param head: the target's HEAD.
     :param input_ref: the (pinned) input commit of the attempt.
     :param attempt: this attempt.

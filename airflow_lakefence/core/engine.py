@@ -4,11 +4,11 @@
 
 * :mod:`~airflow_lakefence.core.request`: the request and step 1 (validation, the target's HEAD,
   the input commit the target is built on);
-* :mod:`~airflow_lakefence.core.guard`: the attempt fence (steps 6, 8), lost answers, the budget (9);
-* :mod:`~airflow_lakefence.core.evidence`: earlier tries' branches (3) and evidence kept on failure;
-* :mod:`~airflow_lakefence.core.staging`: the staging branch, the job and its output (3 to 7);
-* :mod:`~airflow_lakefence.core.publish`: the publish fence, acting and verifying (10, 11);
-* :mod:`~airflow_lakefence.core.reporting`: the result and the reporter told of it (12).
+* :mod:`~airflow_lakefence.core.fences.attempt`: the attempt fence (steps 6, 8), lost answers, the budget (9);
+* :mod:`~airflow_lakefence.core.staging.evidence`: earlier tries' branches (3) and evidence kept on failure;
+* :mod:`~airflow_lakefence.core.staging.stage`: the staging branch, the job and its output (3 to 7);
+* :mod:`~airflow_lakefence.core.publication.publisher`: the publish fence, acting and verifying (10, 11);
+* :mod:`~airflow_lakefence.core.records.reporting`: the result and the reporter told of it (12).
 
 The engine talks to lakeFS through :class:`~airflow_lakefence.core.ports.LakeFSPort` and to the
 scheduler through :class:`~airflow_lakefence.core.ports.AttemptFencePort`; it imports neither
@@ -25,28 +25,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.adoption import (
-    AdoptionDecision,
-    DurableJobPort,
-    JobRecord,
-    JobStatus,
-    adopted_by_later_try,
-    adoption_metadata,
-    decide_adoption,
-    job_records,
-    record_job,
-)
 from airflow_lakefence.core.advice import fail_closed_message
-from airflow_lakefence.core.evidence import MARKER_TRIES, Evidence
-from airflow_lakefence.core.fence import Action, FenceDecision, HeadState, decide_publish
-from airflow_lakefence.core.guard import PUBLISH_ROUNDS, AttemptGuard, in_background
-from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.core.metadata import output_prefixes_metadata
-from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
-from airflow_lakefence.core.publish import Publisher, supersedes
-from airflow_lakefence.core.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
+from airflow_lakefence.core.fences.attempt import PUBLISH_ROUNDS, AttemptGuard, in_background
+from airflow_lakefence.core.fences.publish import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.names.keys import AttemptId
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
+from airflow_lakefence.core.publication.publisher import Publisher, supersedes
+from airflow_lakefence.core.records.metadata import output_prefixes_metadata
+from airflow_lakefence.core.records.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
+from airflow_lakefence.core.records.run_state import (
+    MemoryRunState,
+    RunStatePort,
+    pin_input,
+    pinned_input,
+    record_publication,
+)
 from airflow_lakefence.core.request import (
     HARD_FENCE_MODES,
     OUTPUT_MODES,
@@ -58,9 +53,19 @@ from airflow_lakefence.core.request import (
     resolve_input,
     seconds,
 )
-from airflow_lakefence.core.run_state import MemoryRunState, RunStatePort, pin_input, pinned_input, record_publication
-from airflow_lakefence.core.staging import StagingArea, Workspace
-from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.staging.adoption import (
+    AdoptionDecision,
+    DurableJobPort,
+    JobRecord,
+    JobStatus,
+    adopted_by_later_try,
+    adoption_metadata,
+    decide_adoption,
+    job_records,
+    record_job,
+)
+from airflow_lakefence.core.staging.evidence import MARKER_TRIES, Evidence
+from airflow_lakefence.core.staging.stage import StagingArea, Workspace
 from airflow_lakefence.exceptions import (
     JobError,
     LakeFenceError,
@@ -154,7 +159,7 @@ class PublishEngine:
 
         :param job: the job, given the attempt's locations; it writes the workspace or the staging branch.
         :param reporter: told the superseded publication, the staging branch, the evidence branches and
-            the outcome as they happen (see :class:`~airflow_lakefence.core.reporting.Reporter`).
+            the outcome as they happen (see :class:`~airflow_lakefence.core.records.reporting.Reporter`).
         :param durable: the adapter's durable jobs, when its job outlives its process: then a retry may
             adopt an earlier try's job (docs/protocol.md, "Adoption").
         :return: the outcome.
@@ -276,7 +281,7 @@ class PublishEngine:
             try:
                 record_job(self.run_state, record)
             except LakeFenceError as exc:  # the job runs on; a retry just cannot adopt it
-                self.log.warning("Could not record job %s in the run state: %s (a retry will not adopt it)", job_id, exc)
+                self.log.warning("Could not record job %s in the run state: %s (no retry adopts it)", job_id, exc)
 
         return submitted
 
@@ -305,7 +310,9 @@ class PublishEngine:
             if job_id is None or self.fence.stale_reason() is not None:
                 return False
             if durable.job_status(job_id) in (JobStatus.ACTIVE, JobStatus.SUCCEEDED):
-                self.log.info("Keeping staging branch %s: job %s outlives this try (a retry may adopt it)", branch, job_id)
+                self.log.info(
+                    "Keeping staging branch %s: job %s outlives this try (for a retry to adopt)", branch, job_id
+                )
                 return True
             return False
 

@@ -1,11 +1,11 @@
 """The two small interfaces the publish engine runs over, and the commit value they exchange.
 
-* :class:`LakeFSPort`: the lakeFS calls the protocol makes. :class:`airflow_lakefence.lakefs_client.LakeFSClient`
-  implements it over the ``lakefs`` SDK; tests implement it in memory. Implementations raise the
+* :class:`LakeFSPort`: the lakeFS calls the protocol makes.
+  :class:`airflow_lakefence.lakefs_adapter.client.LakeFSClient` implements it over the ``lakefs`` SDK; tests implement it in memory. Implementations raise the
   package's :class:`~airflow_lakefence.exceptions.LakeFSError` subclasses, and
   :class:`~airflow_lakefence.exceptions.LakeFSUnavailableError` when a write's outcome is unknown.
 * :class:`AttemptFencePort`: "is this process still the current try?". The Airflow adapter is
-  :class:`airflow_lakefence.attempt.AttemptFence`.
+  :class:`airflow_lakefence.airflow_adapter.attempt_fence.AttemptFence`.
 
 Nothing here imports Airflow or lakeFS.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, Protocol
 
-from airflow_lakefence.core.keys import AttemptId
+from airflow_lakefence.core.names.keys import AttemptId
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,10 @@ class ChangedPathLike(Protocol):
 
 
 class LakeFSPort(Protocol):
-    """The lakeFS operations of the publish protocol (see :class:`~airflow_lakefence.lakefs_client.LakeFSClient`)."""
+    """The lakeFS operations of the publish protocol.
+
+    See :class:`~airflow_lakefence.lakefs_adapter.client.LakeFSClient`.
+    """
 
     def get_commit(self, repository: str, ref: str) -> CommitInfo:
         """Resolve a ref to its commit (``LakeFSNotFoundError`` when missing)."""

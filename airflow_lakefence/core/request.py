@@ -19,13 +19,13 @@ from datetime import timedelta
 from os import PathLike
 from pathlib import Path
 
-from airflow_lakefence.core.delta import DeltaTableOutput, check_output_mode, normalise_table_roots
-from airflow_lakefence.core.fence import Action, HeadState, decide_publish
-from airflow_lakefence.core.keys import AttemptId
-from airflow_lakefence.core.metadata import check_user_metadata
-from airflow_lakefence.core.naming import is_valid_branch_name, validate_staging_prefix
+from airflow_lakefence.core.fences.publish import Action, HeadState, decide_publish
+from airflow_lakefence.core.fences.scope import Scope, ScopeMode, parse_scope, rendered_at_run_time
+from airflow_lakefence.core.names.keys import AttemptId
+from airflow_lakefence.core.names.staging_names import is_valid_branch_name, validate_staging_prefix
 from airflow_lakefence.core.ports import LakeFSPort
-from airflow_lakefence.core.scope import Scope, ScopeMode, parse_scope, rendered_at_run_time
+from airflow_lakefence.core.records.metadata import check_user_metadata
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput, check_output_mode, normalise_table_roots
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFSNotFoundError, PublishBudgetError
 
 WRITE_MODES = ("direct", "workspace")
@@ -177,7 +177,7 @@ class PublishRequest:
         XComArgs, are skipped, with every check that reads them) and the engine again in every try,
         on the rendered values; the same bad value raises the same error at either moment.
 
-        :param parse_time: skip the values :func:`~airflow_lakefence.core.scope.rendered_at_run_time`
+        :param parse_time: skip the values :func:`~airflow_lakefence.core.fences.scope.rendered_at_run_time`
             calls templated (and return the request as given).
         :raises InvalidInputError: (:class:`InputRefError` for ``input_ref``, :class:`PublishBudgetError`
             for a budget that does not fit in the timeout) naming the bad value and what to pass.

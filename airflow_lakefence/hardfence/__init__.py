@@ -1,15 +1,15 @@
 """Install, check and probe the hard fence (the shipped lakeFS pre-merge hook) on a repository.
 
 lakeFS loads actions from the tree of the commit being merged, so the fence protects the
-publications built on a commit that carries :data:`~airflow_lakefence.core.hardfence.ACTION_PATH`.
+publications built on a commit that carries :data:`~airflow_lakefence.core.fences.hard.ACTION_PATH`.
 :func:`install_hard_fence` puts it on a branch the way every lakefence publication arrives: a
 commit on a temporary hidden branch, merged into the branch (protected branches allow merges; the
 branch's uncommitted changes, if any, are never swept into the commit). The install merge names its
 expected head, so the new hook checks its own installation. Installing over an older version (an
 upgrade, e.g. version 1 to 2 for scoped publications) is the same merge.
 
-The rendering and judging of the action file are pure (:mod:`airflow_lakefence.core.hardfence`);
-this module does the lakeFS calls, through :class:`~airflow_lakefence.lakefs_client.LakeFSClient`
+The rendering and judging of the action file are pure (:mod:`airflow_lakefence.core.fences.hard`);
+this module does the lakeFS calls, through :class:`~airflow_lakefence.lakefs_adapter.client.LakeFSClient`
 only. Command line: ``python -m airflow_lakefence.hardfence --help``.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from airflow_lakefence.core.hardfence import (
+from airflow_lakefence.core.fences.hard import (
     ACTION_PATH,
     EXPECTED_HEAD_KEY,
     HARD_FENCE_VERSION,
@@ -42,7 +42,7 @@ from airflow_lakefence.exceptions import (
     LakeFSHardFenceRejectedError,
     LakeFSPreconditionFailedError,
 )
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
 __all__ = [
     "HardFenceInstallError",

@@ -17,10 +17,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from airflow_lakefence.core.hardfence import ACTION_PATH, HARD_FENCE_VERSION, render_action
+from airflow_lakefence.core.fences.hard import ACTION_PATH, HARD_FENCE_VERSION, render_action
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hardfence import check_hard_fence, install_hard_fence, probe_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
 ENDPOINT_ENV = "LAKECTL_SERVER_ENDPOINT_URL"
 ACCESS_KEY_ENV = "LAKECTL_CREDENTIALS_ACCESS_KEY_ID"

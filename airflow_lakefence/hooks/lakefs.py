@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_lakefence.core.hardfence import FenceCheck
-from airflow_lakefence.core.locations import (
+from airflow_lakefence.core.fences.hard import FenceCheck
+from airflow_lakefence.core.names.locations import (
     ACCESS_KEY_ID_ENV,
     LAKECTL_ACCESS_KEY_ID_ENV,
     LAKECTL_SECRET_ACCESS_KEY_ENV,
@@ -25,8 +25,8 @@ from airflow_lakefence.exceptions import (
     LakeFSRepositoryNotFoundError,
 )
 from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.lakefs_errors import transport_cause
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.errors import transport_cause
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

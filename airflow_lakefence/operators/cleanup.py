@@ -12,19 +12,24 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, Variable
 
-from airflow_lakefence.core.cleanup import (
+from airflow_lakefence.airflow_adapter.task_instances import (
+    AirflowView,
+    TaskSdkView,
+    state_from_task_states,
+    states_by_key,
+)
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import validate_staging_prefix
+from airflow_lakefence.core.staging.cleaner import (
     StagingBranch,
     inspect_branch,
     known_keys,
     plan_cleanup,
     remember,
 )
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.naming import validate_staging_prefix
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.task_instances import AirflowView, TaskSdkView, state_from_task_states, states_by_key
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
 #: XCom key under which each run also shows its memory: branch → [HEAD, epoch seconds first seen at that HEAD].
 FIRST_SEEN_KEY = "first_seen"

@@ -19,25 +19,25 @@ from typing import Any, ClassVar
 
 from airflow.providers.common.compat.sdk import Asset, BaseOperator
 
-from airflow_lakefence import assets as lakefs_assets
-from airflow_lakefence.attempt import AttemptFence
-from airflow_lakefence.core.adoption import DurableJobPort
-from airflow_lakefence.core.delta import DeltaTableOutput
+from airflow_lakefence.airflow_adapter.attempt_fence import AttemptFence
+from airflow_lakefence.airflow_adapter.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY
+from airflow_lakefence.assets import lakefs as lakefs_assets
 from airflow_lakefence.core.engine import (
     PublishEngine,
     PublishRequest,
     PublishResult,
     seconds,
 )
-from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.core.fences.scope import Scope, parse_scope
+from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.request import PublishOptions
-from airflow_lakefence.core.scope import Scope, parse_scope
+from airflow_lakefence.core.staging.adoption import DurableJobPort
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import InvalidInputError, JobError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.links import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
-from airflow_lakefence.run_state import LakeFSRunState
-from airflow_lakefence.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import LakeFSRunState
+from airflow_lakefence.links.lakefs import LakeFSCommitLink, LakeFSOutputLink, LakeFSStagingLink, commit_url
 
 #: Template fields every adapter adds to its base operator's.
 FENCED_TEMPLATE_FIELDS = (
@@ -93,7 +93,7 @@ def _dag_file_level() -> int:
 
 
 class AirflowReporter:
-    """The engine's :class:`~airflow_lakefence.core.reporting.Reporter` for a task: XCom pushes.
+    """The engine's :class:`~airflow_lakefence.core.records.reporting.Reporter` for a task: XCom pushes.
 
     :param context: the Airflow context (its task instance pushes).
     :param published: what the operator does with the outcome (XCom, asset events, the log line).
@@ -432,7 +432,7 @@ class FencedPublishOperatorBase(BaseOperator):
         delta_versions: Mapping[str, int | None] | None = None,
     ) -> Any:
         from airflow_lakefence.core.engine import normalise_prefixes
-        from airflow_lakefence.lineage import operator_lineage
+        from airflow_lakefence.lineage.openlineage import operator_lineage
 
         scope = self._scope()
         return operator_lineage(

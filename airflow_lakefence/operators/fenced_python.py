@@ -3,7 +3,7 @@
 The second adapter of :class:`~airflow_lakefence.core.engine.PublishEngine` (the first is
 :class:`~airflow_lakefence.operators.fenced_spark.FencedSparkPublishOperator`): the job is a Python
 callable (pandas, polars, DuckDB, plain Python...). It receives the attempt's locations as a
-:class:`LakeFenceAttempt` (an :class:`~airflow_lakefence.core.locations.AttemptLocations` with a
+:class:`LakeFenceAttempt` (an :class:`~airflow_lakefence.core.names.locations.AttemptLocations` with a
 client) in its ``lakefence`` argument; everything else (the attempt fence, the
 staging branch, the publish fence, evidence, XCom, links, assets, lineage) is the shared protocol.
 The TaskFlow form is ``@task.lakefs_publish`` (:mod:`airflow_lakefence.decorators`).
@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
-from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.exceptions import JobError
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
 
 #: The argument name under which the callable receives its :class:`LakeFenceAttempt`.

@@ -19,11 +19,11 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.adoption import JobRecord, JobStatus, adopted_by_later_try
-from airflow_lakefence.core.locations import AttemptLocations
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.staging.adoption import JobRecord, JobStatus, adopted_by_later_try
 from airflow_lakefence.exceptions import InvalidInputError, JobError, SparkJobError
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
-from airflow_lakefence.spark_submit import kubernetes_secret_conf, s3a_submit_options
+from airflow_lakefence.spark.submit import kubernetes_secret_conf, s3a_submit_options
 
 DEFAULT_SPARK_CONN_ID = "spark_default"
 #: The levels Spark's ``spark.log.level`` accepts (``SparkContext.setLogLevel``'s).
@@ -131,7 +131,7 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
     fence). A publication left behind by a dead earlier try is replaced, not stacked.
 
     The job receives its locations (the variables of
-    :data:`~airflow_lakefence.core.locations.JOB_ENVIRONMENT`: ``LAKEFS_ENDPOINT``,
+    :data:`~airflow_lakefence.core.names.locations.JOB_ENVIRONMENT`: ``LAKEFS_ENDPOINT``,
     ``LAKEFENCE_REPOSITORY``, ``LAKEFENCE_INPUT_COMMIT``...) as environment variables and as
     ``spark.lakefence.*`` confs;
     credentials only through the environment (``LAKEFS_ACCESS_KEY_ID`` /

@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
-from airflow_lakefence.core.run_branch import provider_metadata, written_by_task
+from airflow_lakefence.core.publication.run_branches import provider_metadata, written_by_task
 from airflow_lakefence.exceptions import (
     LakeFSNoChangesError,
     LakeFSNotFoundError,

@@ -19,17 +19,8 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, XComArg
 
-from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.core.metadata import (
-    ROLE_STAGE,
-    LakeFenceRecord,
-    check_user_metadata,
-    decode_metadata,
-    encode_metadata,
-    output_prefixes_metadata,
-)
-from airflow_lakefence.core.request import normalise_prefixes
-from airflow_lakefence.core.run_branch import (
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.publication.run_branches import (
     DEFAULT_TEMPLATE,
     RECORD_KEY,
     RUN_BRANCH_METADATA_KEY,
@@ -38,7 +29,16 @@ from airflow_lakefence.core.run_branch import (
     judge_existing,
     run_branch_name,
 )
-from airflow_lakefence.core.run_state import pin_input, pinned_input
+from airflow_lakefence.core.records.metadata import (
+    ROLE_STAGE,
+    LakeFenceRecord,
+    check_user_metadata,
+    decode_metadata,
+    encode_metadata,
+    output_prefixes_metadata,
+)
+from airflow_lakefence.core.records.run_state import pin_input, pinned_input
+from airflow_lakefence.core.request import normalise_prefixes
 from airflow_lakefence.exceptions import (
     InputRefError,
     InvalidInputError,
@@ -50,9 +50,9 @@ from airflow_lakefence.exceptions import (
     RunBranchError,
 )
 from airflow_lakefence.hooks.lakefs import LakeFSHook, LakeFSHookMixin
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import task_run_state
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, FencedPublishOperatorBase
-from airflow_lakefence.run_state import task_run_state
 
 #: How many times a creation whose answer was lost is settled (read, then tried again).
 CREATE_ROUNDS = 3

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_lakefence.core.abandoned import CONDITIONS, DETECT, PublisherScope, condition_met
-from airflow_lakefence.core.naming import validate_staging_prefix
-from airflow_lakefence.core.scope import ScopeMode, parse_scope, rendered_at_run_time
+from airflow_lakefence.airflow_adapter.task_instances import TaskSdkView
+from airflow_lakefence.core.fences.scope import ScopeMode, parse_scope, rendered_at_run_time
+from airflow_lakefence.core.names.staging_names import validate_staging_prefix
+from airflow_lakefence.core.publication.abandonment import CONDITIONS, DETECT, PublisherScope, condition_met
 from airflow_lakefence.exceptions import InvalidInputError
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
-from airflow_lakefence.task_instances import TaskSdkView
 from airflow_lakefence.triggers.lakefs import AbandonedPublicationTrigger
 from airflow_lakefence.triggers.probes import probe_abandoned
 

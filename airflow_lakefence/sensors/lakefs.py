@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_lakefence.core.run_state import pin_input, pinned_input
+from airflow_lakefence.core.records.run_state import pin_input, pinned_input
 from airflow_lakefence.exceptions import InvalidInputError
-from airflow_lakefence.links import LakeFSSensorCommitLink
-from airflow_lakefence.run_state import task_run_state
+from airflow_lakefence.lakefs_adapter.run_state_store import task_run_state
+from airflow_lakefence.links.lakefs import LakeFSSensorCommitLink
 from airflow_lakefence.sensors.base import LakeFSBaseSensor
 from airflow_lakefence.triggers.lakefs import LakeFSCommitTrigger, LakeFSFileTrigger
 from airflow_lakefence.triggers.probes import probe_new_commit, probe_object

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_lakefence.core.abandoned import CONDITIONS, PublisherScope, condition_met
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.task_instances import TaskSdkView
+from airflow_lakefence.airflow_adapter.task_instances import TaskSdkView
+from airflow_lakefence.core.publication.abandonment import CONDITIONS, PublisherScope, condition_met
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.triggers.probes import probe_abandoned, probe_new_commit, probe_object
 
 

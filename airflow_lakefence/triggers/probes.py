@@ -2,13 +2,17 @@
 
 Each probe is synchronous and bounded (at most two lakeFS calls, whatever the history depth); the
 sensors call it in the worker, the triggers call it in a thread of the triggerer (``asyncio.to_thread``), so both modes
-share every decision. Airflow is asked through an :class:`~airflow_lakefence.task_instances.AirflowView`
-(:class:`~airflow_lakefence.task_instances.TaskSdkView`: Task SDK calls that work in both places).
+share every decision. Airflow is asked through an :class:`~airflow_lakefence.airflow_adapter.task_instances.AirflowView`
+(:class:`~airflow_lakefence.airflow_adapter.task_instances.TaskSdkView`: Task SDK calls that work in both places).
 """
 
 from __future__ import annotations
 
-from airflow_lakefence.core.abandoned import (
+from airflow_lakefence.airflow_adapter.task_instances import AirflowView, state_from_task_states
+from airflow_lakefence.core.fences.publish import HeadState
+from airflow_lakefence.core.fences.scope import is_race_revert, surviving
+from airflow_lakefence.core.names.staging_names import staging_branch_prefix
+from airflow_lakefence.core.publication.abandonment import (
     Judgement,
     PublisherScope,
     PublisherState,
@@ -21,12 +25,8 @@ from airflow_lakefence.core.abandoned import (
     output_stands_behind,
     publication_of,
 )
-from airflow_lakefence.core.fence import HeadState
-from airflow_lakefence.core.naming import staging_branch_prefix
-from airflow_lakefence.core.scope import is_race_revert, surviving
 from airflow_lakefence.exceptions import InputRefError, LakeFSNotFoundError
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.task_instances import AirflowView, state_from_task_states
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
 #: How many commits under the write set the scoped probe reads when the newest is a race loser's revert.
 PAST_RACES = 20

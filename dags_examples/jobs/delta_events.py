@@ -15,8 +15,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_lakefence.delta import DeltaTableLocation, delta_table, with_delta
 from airflow_lakefence.spark import lakefence_spark_session
+from airflow_lakefence.spark.delta import DeltaTableLocation, delta_table, with_delta
 
 TABLE = "tables/events"
 
@@ -34,7 +34,7 @@ def write_day(spark: SparkSession, events: DeltaTableLocation, day: str, rerun: 
     """Write one day of events into the table as one new Delta version; say what was done.
 
     :param spark: a session with Delta and S3A for the attempt.
-    :param events: the table's locations for the attempt (:func:`airflow_lakefence.delta.delta_table`).
+    :param events: the table's locations for the attempt (:func:`airflow_lakefence.spark.delta.delta_table`).
     :param day: the day (YYYY-MM-DD).
     :param rerun: rewrite the day (``replaceWhere``) instead of appending it.
     :param rows: rows for the day.

@@ -20,7 +20,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from tests.celery.conftest import FIGURES
 from tests.dags.celery_dags import RESTART_POINTS, held_name
 from tests.stack.celery import CeleryStack

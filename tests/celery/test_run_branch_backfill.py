@@ -38,9 +38,9 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
-from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY
-from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.fences.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.publication.run_branches import RUN_BRANCH_METADATA_KEY
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from tests.celery.conftest import FIGURES
 from tests.celery.test_scoped_backfill import max_overlap, release, repository, wait_held
 from tests.dags.celery_dags import RUN_BRANCH_DAYS, START

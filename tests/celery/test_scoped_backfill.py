@@ -30,8 +30,8 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
-from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.fences.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from tests.celery.conftest import FIGURES
 from tests.dags.celery_dags import SCOPED_DAYS, START, date_hold_name
 from tests.stack.celery import CeleryStack

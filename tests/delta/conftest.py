@@ -45,8 +45,8 @@ def delta_spark() -> Iterator[Any]:
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
-    from airflow_lakefence.delta import with_delta
     from airflow_lakefence.spark import COMMITTER_SETTINGS, hadoop_aws_coordinate
+    from airflow_lakefence.spark.delta import with_delta
 
     started = time.monotonic()
     builder = with_delta(

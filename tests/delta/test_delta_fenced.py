@@ -23,11 +23,11 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.delta import delta_package
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import DeltaOutputModeError, PublishFenceError
 from airflow_lakefence.spark import configure_s3a
+from airflow_lakefence.spark.delta import delta_package
 from tests.conftest import DAGS_FOLDER, TIER_FIGURES_PROPERTY
 from tests.integration.helpers import die_after_publishing, read_text, spark_task, staging_branches, xcoms
 

@@ -16,7 +16,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.core.fences import hard as hf
 
 pytestmark = pytest.mark.hard_fence
 

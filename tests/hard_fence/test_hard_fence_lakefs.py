@@ -18,7 +18,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.core.fences import hard as hf
 from airflow_lakefence.exceptions import (
     LakeFSHardFenceRejectedError,
     LakeFSHookRejectedError,

@@ -12,9 +12,9 @@ import uuid
 import lakefs
 import pytest
 
-from airflow_lakefence.core import hardfence as hf
-from airflow_lakefence.core.fence import HeadState
-from airflow_lakefence.core.merge_only import replace_by_merge, temp_branch_name
+from airflow_lakefence.core.fences import hard as hf
+from airflow_lakefence.core.fences.publish import HeadState
+from airflow_lakefence.core.publication.replacement import replace_by_merge, temp_branch_name
 from airflow_lakefence.exceptions import LakeFSPreconditionFailedError
 from airflow_lakefence.hardfence import install_hard_fence
 from tests.hard_fence.conftest import CountingClient

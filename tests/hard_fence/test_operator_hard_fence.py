@@ -8,7 +8,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core import hardfence as hf
+from airflow_lakefence.core.fences import hard as hf
 from airflow_lakefence.exceptions import HardFenceMissingError
 from airflow_lakefence.hardfence import install_hard_fence
 from tests.conftest import fresh_dag_module, load_dag_module

@@ -17,10 +17,10 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core import hardfence as hf
-from airflow_lakefence.core.cleanup import EVIDENCE_KEY
 from airflow_lakefence.core.engine import AttemptLocations, PublishEngine, PublishRequest, PublishResult
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.fences import hard as hf
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.staging.cleaner import EVIDENCE_KEY
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,

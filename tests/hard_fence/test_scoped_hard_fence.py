@@ -1,7 +1,7 @@
 """The hard fence v2, scoped to prefixes, inside lakeFS (both backends).
 
 A scoped merge names its expected base and its scope prefixes in its metadata
-(:func:`~airflow_lakefence.core.hardfence.scoped_merge_metadata`); the shipped Lua hook asks lakeFS,
+(:func:`~airflow_lakefence.core.fences.hard.scoped_merge_metadata`); the shipped Lua hook asks lakeFS,
 inside the retried branch update, whether anything under a prefix changed since the base
 (``require("lakefs").diff_refs``) and refuses the merge (412) when it did. The merges here are sent
 through the product's adapter (so its 412 translation is exercised); the scenarios are built with
@@ -19,11 +19,8 @@ import lakefs_sdk
 import pytest
 from lakefs_sdk.exceptions import ApiException
 
-from airflow_lakefence.core import hardfence as hf
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
-from airflow_lakefence.core.ports import CommitInfo
-from airflow_lakefence.core.scope import (
+from airflow_lakefence.core.fences import hard as hf
+from airflow_lakefence.core.fences.scope import (
     OWN_HISTORY_PAGE,
     Scope,
     ScopedAction,
@@ -33,6 +30,9 @@ from airflow_lakefence.core.scope import (
     describe_conflict,
     scoped_revert_metadata,
 )
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
 from airflow_lakefence.hardfence.__main__ import main as cli_main

@@ -30,12 +30,12 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.attempt import attempt_from_context
-from airflow_lakefence.core.hardfence import forget_checks
-from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.airflow_adapter.attempt_fence import attempt_from_context
+from airflow_lakefence.core.fences.hard import forget_checks
+from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.hard_fence.helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms

@@ -105,7 +105,7 @@ def staging_branches(repo: lakefs.Repository, prefix: str = "lakefence") -> list
 
 def branches(repo: lakefs.Repository) -> list[str]:
     """Every branch of ``repo`` (hidden ones included) but the run-state branch (the runs' records)."""
-    from airflow_lakefence.run_state import RUN_STATE_BRANCH
+    from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 
     return [b.id for b in repo.branches(show_hidden=True) if b.id != RUN_STATE_BRANCH]
 

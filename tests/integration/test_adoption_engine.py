@@ -9,13 +9,17 @@ commits and objects, the branches left and the jobs the job system ran.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from airflow_lakefence.core.adoption import (
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.engine import AttemptLocations, PublishEngine
+from airflow_lakefence.core.records.metadata import decode_metadata
+from airflow_lakefence.core.records.run_state import MemoryRunState
+from airflow_lakefence.core.staging.adoption import (
     ADOPTED_BY_KEY,
     ADOPTED_FROM_KEY,
     ADOPTED_JOB_KEY,
@@ -23,11 +27,8 @@ from airflow_lakefence.core.adoption import (
     JobStatus,
     job_records,
 )
-from airflow_lakefence.core.engine import AttemptLocations, PublishEngine
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.run_state import MemoryRunState
 from airflow_lakefence.exceptions import JobError, StaleAttemptError
-from tests.integration.test_engine import Crash, Reported, Run, World, world  # noqa: F401 - the fixture
+from tests.integration.test_engine import Crash, Reported, Run, World
 
 OUTPUT = {"out/a.txt": "A"}
 
@@ -105,7 +106,9 @@ class Try(Run):
         self.durable = Durable(jobs)
 
     def __call__(self) -> Any:
-        engine = PublishEngine(self.world.port, self.fence, self.request(), clock=lambda: 100.0, run_state=self.run_state)
+        engine = PublishEngine(
+            self.world.port, self.fence, self.request(), clock=lambda: 100.0, run_state=self.run_state
+        )
         return engine.run(self.durable.job, Reported(self.reported), durable=self.durable)
 
 
@@ -114,9 +117,10 @@ def die(_job_id: str) -> None:
 
 
 @pytest.fixture
-def run(world: World) -> Any:  # noqa: F811 - the fixture imported above
-    state, jobs = MemoryRunState(), JobSystem(world)
-    return world, state, jobs
+def run(lakefence_repo: Any, lakefence_server: Any) -> Iterator[tuple[World, MemoryRunState, JobSystem]]:
+    world = World(lakefence_repo, lakefence_server)
+    yield world, MemoryRunState(), JobSystem(world)
+    failpoints.disarm_all()
 
 
 def test_a_retry_adopts_the_job_of_a_try_killed_mid_job_and_publishes_it_once(run: Any) -> None:
@@ -138,7 +142,10 @@ def test_a_retry_adopts_the_job_of_a_try_killed_mid_job_and_publishes_it_once(ru
     assert (head.metadata[ADOPTED_FROM_KEY], head.metadata[ADOPTED_BY_KEY]) == ("1", "2")
     record = decode_metadata(head.metadata)
     assert record is not None and record.attempt.try_number == 2  # the adopter publishes, under its own name
-    assert [(r.try_number, r.job_id, r.submitted_by) for r in job_records(state)] == [(1, "driver-1", 1), (2, "driver-1", 1)]
+    assert [(r.try_number, r.job_id, r.submitted_by) for r in job_records(state)] == [
+        (1, "driver-1", 1),
+        (2, "driver-1", 1),
+    ]
     assert result.staging_branch == record1.staging_branch
     assert world.branches() == []
 

@@ -11,12 +11,12 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.cleanup import evidence_metadata, evidence_of
-from airflow_lakefence.core.merge_only import temp_branch_name
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.publication.replacement import temp_branch_name
+from airflow_lakefence.core.records.metadata import decode_metadata
+from airflow_lakefence.core.staging.cleaner import evidence_metadata, evidence_of
 from airflow_lakefence.exceptions import PublishFenceError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.operators.cleanup import memory_variable_key
 from tests.conftest import AIRFLOW_2
 from tests.integration.helpers import commit_files, publish_conf, run_dag, staging_branches, xcoms
@@ -165,8 +165,8 @@ def test_keeps_a_live_attempts_branch(
     publishers: Any, seeded: tuple[lakefs.Repository, str], lakefence_controls: Any
 ) -> None:
     repo, input_commit = seeded
+    from airflow_lakefence.airflow_adapter.task_instances import TaskSdkView
     from airflow_lakefence.operators import LakeFSStagingCleanupOperator
-    from airflow_lakefence.task_instances import TaskSdkView
 
     # A dead attempt's (unstaged) leftover of another run...
     dead = dead_attempt("after_job", publishers.workspace_dag, seeded, lakefence_controls)

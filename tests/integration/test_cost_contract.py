@@ -36,10 +36,10 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.core.hardfence import EXPECTED_HEAD_KEY, is_chain_link
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_prefix
+from airflow_lakefence.core.fences.hard import EXPECTED_HEAD_KEY, is_chain_link
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_prefix
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
 from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.cost_measure import (

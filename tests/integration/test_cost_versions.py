@@ -3,7 +3,7 @@
 The lakeFS side is the same on every version (the run state lives in lakeFS, not in Airflow): each
 try makes exactly the calls of the contract's row (``CONTRACT`` in test_cost_contract.py, plus the
 run state's record for a try that reports), and a retry adds exactly one read of the run state. The
-Airflow side is what the attempt fence's liveness check costs there (airflow_lakefence/task_instances.py),
+Airflow side is what the attempt fence's liveness check costs there (airflow_lakefence/airflow_adapter/task_instances.py),
 pinned per version family in :data:`AIRFLOW_COST`:
 
 * 3.3: the token in ``task_state_store``; Execution-API requests;
@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
+from airflow_lakefence.airflow_adapter.task_instances import TOKEN_XCOM_KEY
 from airflow_lakefence.exceptions import PublishFenceError
-from airflow_lakefence.task_instances import TOKEN_XCOM_KEY
 from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.cost_measure import (
     Attempt,

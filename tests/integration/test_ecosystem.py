@@ -17,14 +17,14 @@ from typing import Any
 import jsonschema
 import pytest
 
-import airflow_lakefence
+from airflow_lakefence.provider_info import get_provider_info
 
 
 def test_provider_info_matches_airflows_schema() -> None:
     import airflow
 
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
-    jsonschema.validate(airflow_lakefence.get_provider_info(), schema)
+    jsonschema.validate(get_provider_info(), schema)
 
 
 @pytest.mark.usefixtures("airflow_db")
@@ -247,7 +247,7 @@ def test_connection_test_reports_a_malformed_connection(monkeypatch: pytest.Monk
     [
         (["providers", "list"], "airflow-provider-lakefence"),
         (["providers", "hooks"], "airflow_lakefence.hooks.lakefs.LakeFSHook"),
-        (["providers", "links"], "airflow_lakefence.links.LakeFSCommitLink"),
+        (["providers", "links"], "airflow_lakefence.links.lakefs.LakeFSCommitLink"),
         (["providers", "triggers"], '"class": "airflow_lakefence.triggers.lakefs"'),
     ],
 )
@@ -273,9 +273,9 @@ def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> No
         "airflow_lakefence.sensors",
         "airflow_lakefence.triggers",
         "airflow_lakefence.spark",
-        "airflow_lakefence.spark_submit",
-        "airflow_lakefence.task_instances",
-        "airflow_lakefence.core.locations",
+        "airflow_lakefence.spark.submit",
+        "airflow_lakefence.airflow_adapter.task_instances",
+        "airflow_lakefence.core.names.locations",
         "airflow_lakefence.testing.lakefs_server",
     ],
 )

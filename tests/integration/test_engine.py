@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.cleanup import evidence_metadata
 from airflow_lakefence.core.engine import PUBLISH_ROUNDS, AttemptLocations, PublishEngine, PublishRequest
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.merge_only import TEMP_SUFFIX
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import parse_staging_branch_name, staging_branch_name
-from airflow_lakefence.core.run_state import PUBLISHED_KEY, MemoryRunState, pin_key
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import parse_staging_branch_name, staging_branch_name
+from airflow_lakefence.core.publication.replacement import TEMP_SUFFIX
+from airflow_lakefence.core.records.metadata import decode_metadata
+from airflow_lakefence.core.records.run_state import PUBLISHED_KEY, MemoryRunState, pin_key
+from airflow_lakefence.core.staging.cleaner import evidence_metadata
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -35,7 +35,7 @@ from airflow_lakefence.exceptions import (
     PublishRaceError,
     StaleAttemptError,
 )
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from tests.integration.lossy_port import LossyPort
 
 KEY = PublicationKey("dag", "run-1", "publish")

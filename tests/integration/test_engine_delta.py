@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.engine import PublishRequest
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import (
     DeltaLogError,
     DeltaOutputModeError,

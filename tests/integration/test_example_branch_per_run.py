@@ -13,7 +13,7 @@ from pathlib import Path
 import lakefs
 import pytest
 
-from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY
+from airflow_lakefence.core.publication.run_branches import RUN_BRANCH_METADATA_KEY
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
 from tests.integration.helpers import read_text, staging_branches, xcoms
 from tests.integration.test_examples import _demo_module

@@ -15,7 +15,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_module
 from tests.integration.dag_test_process import BARRIER_ENV, copy_metadata_db
 from tests.integration.helpers import staging_branches

@@ -9,7 +9,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from tests.conftest import REPO, load_dag_module
 from tests.integration.helpers import staging_branches, xcoms
 

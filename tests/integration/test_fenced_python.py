@@ -11,7 +11,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import JobError, OutputPrefixError, StaleAttemptError
 from tests.integration.helpers import (
     die_after_publishing,

@@ -11,8 +11,12 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.run_branch import PROVIDER_DAG_ID_KEY, PROVIDER_RUN_ID_KEY, PROVIDER_TASK_ID_KEY
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
+from airflow_lakefence.core.publication.run_branches import (
+    PROVIDER_DAG_ID_KEY,
+    PROVIDER_RUN_ID_KEY,
+    PROVIDER_TASK_ID_KEY,
+)
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 from tests.conftest import load_dag_module
 from tests.integration.helpers import read_text, ti_state, xcoms
 from tests.integration.test_output_correctness import clear_and_rerun

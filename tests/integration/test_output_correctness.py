@@ -21,14 +21,14 @@ import pytest
 import structlog.testing
 
 from airflow_lakefence import exceptions, failpoints
-from airflow_lakefence.core.abandoned import DETECT, Verdict, condition_met
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata, encode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.publication.abandonment import DETECT, Verdict, condition_met
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata, encode_metadata
 from airflow_lakefence.exceptions import PublishFenceError, StaleAttemptError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.run_state import read_run_state
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state
 from airflow_lakefence.triggers.probes import probe_abandoned
 from tests.conftest import fresh_dag_module
 from tests.integration.helpers import (

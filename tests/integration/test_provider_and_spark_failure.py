@@ -9,6 +9,7 @@ import pytest
 
 import airflow_lakefence
 from airflow_lakefence.exceptions import InvalidInputError, SparkJobError
+from airflow_lakefence.provider_info import get_provider_info
 from tests.conftest import load_dag_module
 from tests.integration.helpers import branches, commit_files, run_dag, staging_branches
 
@@ -19,7 +20,7 @@ def test_provider_is_registered_with_airflow() -> None:
     manager = ProvidersManager()
     provider = manager.providers["airflow-provider-lakefence"]
     assert provider.version == airflow_lakefence.__version__
-    info = airflow_lakefence.get_provider_info()
+    info = get_provider_info()
     assert info["versions"] == [airflow_lakefence.__version__]
     conn = info["connection-types"][0]
     assert conn["connection-type"] == "lakefs"

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.exceptions import InputRefError, LakeFSUnavailableError
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 from tests.integration.helpers import publications_on_top_of, publish_conf, read_text, run_dag, staging_branches, xcoms
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")

@@ -15,8 +15,8 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.run_branch import RUN_BRANCH_METADATA_KEY, run_hash
+from airflow_lakefence.core.publication.run_branches import RUN_BRANCH_METADATA_KEY, run_hash
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import OutputPrefixError, PublishFenceError
 from tests.conftest import load_dag_module
 from tests.integration.helpers import commit_files, publications_on_top_of, read_text, staging_branches
@@ -379,7 +379,7 @@ def test_the_abandoned_sensor_and_the_cleaner_understand_run_branches(
 def fenced_main(seeded: tuple[lakefs.Repository, str], lakefence_server: Any) -> tuple[lakefs.Repository, str]:
     """``seeded`` with the hard fence installed on ``main``; returns (repo, main's HEAD: the run's input)."""
     from airflow_lakefence.hardfence import install_hard_fence
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
     repo, _ = seeded
     client = LakeFSClient(lakefence_server.url, lakefence_server.access_key_id, lakefence_server.secret_access_key)

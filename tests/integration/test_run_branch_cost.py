@@ -15,13 +15,13 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 from tests.conftest import load_dag_module
 
 pytestmark = [pytest.mark.run_branch, pytest.mark.usefixtures("airflow_db", "lakefs_conn")]
 
 #: The run branch: the input resolved once, its pin and the branch's record written to the run state
-#: (one uploadObject each: airflow_lakefence.run_state), the branch made from it.
+#: (one uploadObject each: airflow_lakefence.lakefs_adapter.run_state_store), the branch made from it.
 RUN_BRANCH = {"getCommit": 1, "createBranch": 1, "uploadObject": 2}
 #: One fenced task publishing one workspace file by a merge (the cost contract's merge row, plus the
 #: upload, plus two run-state records: the pin of its input branch and the publication it reports).

@@ -1,5 +1,5 @@
-"""The run state in lakeFS (airflow_lakefence.run_state): write-once records that two live tries can
-race for but never overwrite, what each read and write costs, and what survives what.
+"""The run state in lakeFS (airflow_lakefence.lakefs_adapter.run_state_store): write-once records that two live
+tries can race for but never overwrite, what each read and write costs, and what survives what.
 
 Real lakeFS over HTTP (and the local server); no Airflow: the adapter is what every Airflow version
 uses, so these tests hold for 2.11 to 3.3 alike.
@@ -13,8 +13,8 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.run_state import (
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.records.run_state import (
     pin_input,
     pin_key,
     pinned_input,
@@ -24,8 +24,13 @@ from airflow_lakefence.core.run_state import (
     reported_publication,
 )
 from airflow_lakefence.exceptions import LakeFSRepositoryNotFoundError, RunStateConflictError
-from airflow_lakefence.lakefs_client import LakeFSClient
-from airflow_lakefence.run_state import RUN_STATE_BRANCH, LakeFSRunState, read_run_state, run_state_prefix
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.run_state_store import (
+    RUN_STATE_BRANCH,
+    LakeFSRunState,
+    read_run_state,
+    run_state_prefix,
+)
 from tests.integration.helpers import commit_files
 
 KEY = PublicationKey("dag", "manual__1", "publish", -1)

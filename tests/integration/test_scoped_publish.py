@@ -17,12 +17,12 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.engine import AttemptLocations, PublishEngine, PublishRequest
-from airflow_lakefence.core.hardfence import SCOPE_COUNT_KEY, forget_checks
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.core.run_state import MemoryRunState
-from airflow_lakefence.core.scope import RACE_REVERT_KEY, surviving
+from airflow_lakefence.core.fences.hard import SCOPE_COUNT_KEY, forget_checks
+from airflow_lakefence.core.fences.scope import RACE_REVERT_KEY, surviving
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.records.metadata import decode_metadata
+from airflow_lakefence.core.records.run_state import MemoryRunState
 from airflow_lakefence.exceptions import (
     InvalidInputError,
     PublishFenceError,
@@ -413,7 +413,7 @@ def test_a_write_by_another_key_into_the_write_set_fails_closed(world: World) ->
 
 
 def test_v1_hard_fence_refuses_a_scoped_merge_with_an_upgrade_message(world: World) -> None:
-    from airflow_lakefence.core import hardfence as hf
+    from airflow_lakefence.core.fences import hard as hf
 
     forget_checks()
     v1 = world.write("main", {hf.ACTION_PATH: hf.render_action(1)}, "install the hard fence v1")
@@ -504,7 +504,7 @@ def test_operator_bad_scopes(scoped_dags: Any, seeded: Any) -> None:
 
 
 def test_hard_fence_require_refuses_a_scoped_publication_on_v1_before_the_job(world: World) -> None:
-    from airflow_lakefence.core import hardfence as hf
+    from airflow_lakefence.core.fences import hard as hf
     from airflow_lakefence.exceptions import HardFenceMissingError
 
     forget_checks()

@@ -23,8 +23,8 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.metadata import OUTPUT_PREFIXES_KEY
-from airflow_lakefence.core.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.fences.scope import SCOPED_REVERTS_KEY
+from airflow_lakefence.core.records.metadata import OUTPUT_PREFIXES_KEY
 from airflow_lakefence.exceptions import LakeFSUnavailableError, PublishFenceError
 from tests.conftest import DAGS_FOLDER, fresh_dag_module
 from tests.integration.helpers import commit_files, die_after_publishing, run_dag, xcoms

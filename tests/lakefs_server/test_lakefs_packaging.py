@@ -50,7 +50,9 @@ import pytest
 
 import airflow_lakefence
 
-assert airflow_lakefence.get_provider_info()["package-name"] == "airflow-provider-lakefence"
+from airflow_lakefence.provider_info import get_provider_info
+
+assert get_provider_info()["package-name"] == "airflow-provider-lakefence"
 
 
 class Seen:

@@ -1,7 +1,7 @@
 """The local server's read-only pages at the lakeFS UI's paths: where the provider's extra links lead.
 
 Over HTTP, through the fault-injecting proxy as every test client: the links the provider builds
-(``airflow_lakefence.links``) open pages that show the publication (its parents, its lakefence
+(``airflow_lakefence.links.lakefs``) open pages that show the publication (its parents, its lakefence
 record, the paths it changed), every link on a page leads to another page, values are escaped,
 and a page view is neither an API call nor a store read the counters see.
 """
@@ -15,9 +15,9 @@ import lakefs
 import pytest
 import requests
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
-from airflow_lakefence.links import branch_url, commit_url
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
+from airflow_lakefence.links.lakefs import branch_url, commit_url
 from airflow_lakefence.testing.lakefs_server import Controls
 from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 

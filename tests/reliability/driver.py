@@ -63,7 +63,7 @@ def run(spec: dict[str, Any]) -> int:
 
     from airflow_lakefence import failpoints
     from airflow_lakefence.core import engine as fenced_engine
-    from airflow_lakefence.core import publish as fenced_publish
+    from airflow_lakefence.core.publication import publisher as fenced_publish
     from airflow_lakefence.operators.fenced_spark import FencedSparkPublishOperator
     from tests.reliability.registry import AttemptRegistry, StandInTaskInstance, StandInTaskStateStore
 
@@ -174,7 +174,7 @@ def run(spec: dict[str, Any]) -> int:
 
 def _observe_scoped(registry: Any, who: str) -> None:
     """Record the scoped publish's decisions on the timeline (observed, not changed)."""
-    from airflow_lakefence.core.scoped_publish import ScopedPublish
+    from airflow_lakefence.core.publication.scoped_publisher import ScopedPublish
 
     original_decide = ScopedPublish._decide_and_act
     original_done = ScopedPublish._done
@@ -196,7 +196,7 @@ def _observe_scoped(registry: Any, who: str) -> None:
 def _lose_first_merge_answer(registry: Any, who: str, target: str) -> None:
     """The first merge into ``target`` lands, then its answer is lost (the client sees lakeFS unavailable)."""
     from airflow_lakefence.exceptions import LakeFSUnavailableError
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 
     original = LakeFSClient.merge
     armed = {"on": True}

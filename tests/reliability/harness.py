@@ -24,13 +24,13 @@ from typing import Any
 
 import lakefs
 
-from airflow_lakefence.core.hardfence import is_chain_link
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_prefix
+from airflow_lakefence.core.fences.hard import is_chain_link
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_prefix
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.failpoints import CRASH_EXIT_CODE, ENV_VAR, POINTS
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from tests.reliability.registry import AttemptRegistry
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -537,7 +537,7 @@ class RegistryView:
 
 def judge_head(lake: Lake, repository: str, registry: AttemptRegistry, branch: str = TARGET) -> Any:
     """What ``AbandonedPublicationSensor`` would report about ``branch``'s HEAD (its probe, one poke)."""
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
     from airflow_lakefence.triggers.probes import probe_abandoned
 
     client = LakeFSClient(lake.url, lake.access_key_id, lake.secret_access_key)
@@ -555,8 +555,8 @@ def run_cleaner(
 
     :return: the cleaner's report (``deleted``, ``kept``).
     """
-    from airflow_lakefence.core.cleanup import inspect_branch
-    from airflow_lakefence.lakefs_client import LakeFSClient
+    from airflow_lakefence.core.staging.cleaner import inspect_branch
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
     from airflow_lakefence.operators.cleanup import LakeFSStagingCleanupOperator
 
     client = LakeFSClient(lake.url, lake.access_key_id, lake.secret_access_key)

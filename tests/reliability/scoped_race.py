@@ -28,13 +28,13 @@ from typing import Any
 
 import lakefs
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, decode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.core.scope import RACE_REVERT_KEY
+from airflow_lakefence.core.fences.scope import RACE_REVERT_KEY
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, decode_metadata
 from airflow_lakefence.failpoints import POINTS
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.lakefs_client import LakeFSClient
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from tests.reliability.harness import (
     ATTEMPT_TIMEOUT,
     CURRENT_ALLOWED,

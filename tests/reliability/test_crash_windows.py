@@ -24,9 +24,9 @@ from pathlib import Path
 import lakefs
 import pytest
 
-from airflow_lakefence.core.keys import PublicationKey
-from airflow_lakefence.core.metadata import decode_metadata
-from airflow_lakefence.core.naming import staging_branch_prefix
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_prefix
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.failpoints import CRASH_EXIT_CODE, POINTS
 from tests.reliability.harness import (
     DAG_ID,

@@ -11,9 +11,9 @@ from pathlib import Path
 import lakefs
 import pytest
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from tests.reliability.harness import DAG_ID, TASK_ID, Lake, Outcome, check_invariants, new_repository
 from tests.reliability.registry import AttemptRegistry
 

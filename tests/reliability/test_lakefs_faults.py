@@ -26,10 +26,10 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.engine import PUBLISH_ROUNDS
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import InvalidInputError, LakeFSUnavailableError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
-from airflow_lakefence.run_state import RUN_STATE_BRANCH
+from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
 from tests.integration.helpers import (
     commit_files,
     die_after_publishing,

@@ -28,7 +28,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.names.keys import PublicationKey
 from tests.reliability.harness import (
     DAG_ID,
     TARGET,

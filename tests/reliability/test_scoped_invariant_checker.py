@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
-from airflow_lakefence.core.scope import RACE_REVERT_KEY, RACE_TAKEN_BACK_KEY
+from airflow_lakefence.core.fences.scope import RACE_REVERT_KEY, RACE_TAKEN_BACK_KEY
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from tests.reliability.harness import DAG_ID, TASK_ID, Lake, Outcome, Verdict, new_repository
 from tests.reliability.registry import AttemptRegistry
 from tests.reliability.scoped_race import (

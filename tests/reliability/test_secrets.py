@@ -18,7 +18,7 @@ import lakefs
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.core.names.keys import PublicationKey
 from tests.integration.helpers import commit_files, read_text, run_dag, xcoms
 from tests.reliability.harness import DAG_ID, TARGET, TASK_ID, ForkServer, Lake, new_repository, run_attempt
 from tests.reliability.registry import AttemptRegistry

@@ -21,7 +21,7 @@ from typing import Any
 import lakefs
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from tests.stack.harness import AirflowStack, wait_for
 from tests.stack.tier import (
     HeadRecorder,

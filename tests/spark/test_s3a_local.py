@@ -11,7 +11,7 @@ import lakefs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from tests.integration.helpers import staging_branches, xcoms
 from tests.spark.conftest import parquet_rows, seed_events
 

@@ -14,7 +14,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence import failpoints
-from airflow_lakefence.core.metadata import decode_metadata
+from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import PublishFenceError
 from tests.integration.helpers import commit_files, die_after_publishing, staging_branches, ti_state, xcoms
 from tests.spark.conftest import SparkCluster, parquet_rows, seed_events

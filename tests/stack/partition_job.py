@@ -23,7 +23,7 @@ from pathlib import Path
 # Run as a script: its folder is sys.path[0].
 from sched_job import write_signal
 
-from airflow_lakefence.core.naming import parse_staging_branch_name
+from airflow_lakefence.core.names.staging_names import parse_staging_branch_name
 from airflow_lakefence.spark import lakefence_locations
 
 BLOCK_LIMIT_S = 600.0

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_lakefence.core.naming import parse_staging_branch_name
+from airflow_lakefence.core.names.staging_names import parse_staging_branch_name
 from airflow_lakefence.spark import lakefence_locations
 
 

@@ -32,7 +32,7 @@ import lakefs
 import psutil
 import pytest
 
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata
 from tests.stack.harness import AirflowAPI, AirflowStack, StackError, wait_for
 
 #: Set to keep the Airflow home (logs) after a passing module too.

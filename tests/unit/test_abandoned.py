@@ -1,4 +1,4 @@
-"""The abandoned-publication decision (core/abandoned.py), exhaustively over its inputs."""
+"""The abandoned-publication decision (core/publication/abandonment.py), exhaustively over its inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import itertools
 
 import pytest
 
-from airflow_lakefence.core.abandoned import (
+from airflow_lakefence.airflow_adapter.task_instances import normalise_state, state_from_task_states
+from airflow_lakefence.core.fences.publish import HeadState
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import staging_branch_name
+from airflow_lakefence.core.publication.abandonment import (
     DETECT,
     FAILED_STATES,
     LIVE_STATES,
@@ -24,11 +28,7 @@ from airflow_lakefence.core.abandoned import (
     output_stands_behind,
     publication_of,
 )
-from airflow_lakefence.core.fence import HeadState
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
-from airflow_lakefence.core.naming import staging_branch_name
-from airflow_lakefence.task_instances import normalise_state, state_from_task_states
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
 
 KEY = PublicationKey("dag", "run1", "publish")
 MAPPED = PublicationKey("dag", "run1", "publish", 3)

@@ -1,4 +1,4 @@
-"""The adoption rule (airflow_lakefence/core/adoption.py): which retry adopts an earlier try's durable
+"""The adoption rule (airflow_lakefence/core/staging/adoption.py): which retry adopts an earlier try's durable
 job, and why not otherwise. Pure: the job system and lakeFS are two small callables."""
 
 from __future__ import annotations
@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.core.adoption import (
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.records.metadata import ROLE_STAGE, LakeFenceRecord, encode_metadata
+from airflow_lakefence.core.records.run_state import MemoryRunState
+from airflow_lakefence.core.staging.adoption import (
     ADOPTED_BY_KEY,
     ADOPTED_FROM_KEY,
     ADOPTED_JOB_KEY,
@@ -20,11 +24,7 @@ from airflow_lakefence.core.adoption import (
     latest_job_record,
     record_job,
 )
-from airflow_lakefence.core.cleanup import evidence_metadata
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_STAGE, LakeFenceRecord, encode_metadata
-from airflow_lakefence.core.ports import CommitInfo
-from airflow_lakefence.core.run_state import MemoryRunState
+from airflow_lakefence.core.staging.cleaner import evidence_metadata
 
 KEY = PublicationKey("dag", "run", "publish")
 INPUT = "i" * 64
@@ -69,7 +69,9 @@ def decide(
 AT_INPUT = CommitInfo(id=INPUT)
 
 
-@pytest.mark.parametrize(("status", "code"), [(JobStatus.ACTIVE, "adopt_running"), (JobStatus.SUCCEEDED, "adopt_finished")])
+@pytest.mark.parametrize(
+    ("status", "code"), [(JobStatus.ACTIVE, "adopt_running"), (JobStatus.SUCCEEDED, "adopt_finished")]
+)
 def test_a_running_or_finished_job_on_its_untouched_branch_is_adopted(status: JobStatus, code: str) -> None:
     decision = decide(status=status, head=AT_INPUT)
     assert decision.adopt and decision.code == code and decision.record == RECORD1
@@ -137,10 +139,16 @@ def test_a_later_record_is_never_adopted_and_only_earlier_tries_count() -> None:
         CommitInfo(
             id="c" * 64,
             parents=[INPUT],
-            metadata=encode_metadata(LakeFenceRecord(AttemptId(PublicationKey("dag", "run", "other"), 1, "ti-1"), ROLE_STAGE, INPUT)),
+            metadata=encode_metadata(
+                LakeFenceRecord(AttemptId(PublicationKey("dag", "run", "other"), 1, "ti-1"), ROLE_STAGE, INPUT)
+            ),
         ),
         # a stage commit of a try outside the job's chain
-        CommitInfo(id="c" * 64, parents=[INPUT], metadata=encode_metadata(LakeFenceRecord(AttemptId(KEY, 1, "ti-x"), ROLE_STAGE, INPUT))),
+        CommitInfo(
+            id="c" * 64,
+            parents=[INPUT],
+            metadata=encode_metadata(LakeFenceRecord(AttemptId(KEY, 1, "ti-x"), ROLE_STAGE, INPUT)),
+        ),
         # the evidence marker of a failed try
         CommitInfo(id="m" * 64, parents=[INPUT], metadata=evidence_metadata(TRY1, INPUT, "PublishFenceError")),
     ],

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.assets import DEPRECATED_EXTRA_KEYS, create_asset, event_extra, parse_uri, sanitize_uri
-from airflow_lakefence.lineage import namespace, operator_lineage
-from airflow_lakefence.links import branch_url, commit_url, common_directory, objects_url
+from airflow_lakefence.assets.lakefs import DEPRECATED_EXTRA_KEYS, create_asset, event_extra, parse_uri, sanitize_uri
+from airflow_lakefence.lineage.openlineage import namespace, operator_lineage
+from airflow_lakefence.links.lakefs import branch_url, commit_url, common_directory, objects_url
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from airflow_lakefence.attempt import TOKEN_KEY, AttemptFence, attempt_from_context
-from airflow_lakefence.core.keys import PublicationKey
+from airflow_lakefence.airflow_adapter.attempt_fence import TOKEN_KEY, AttemptFence, attempt_from_context
+from airflow_lakefence.airflow_adapter.task_instances import task_state
+from airflow_lakefence.core.names.keys import PublicationKey
 from airflow_lakefence.exceptions import StaleAttemptError
-from airflow_lakefence.task_instances import task_state
 
 
 class FakeServer:
@@ -199,7 +199,7 @@ class FakeXComTI(FakeTI):
 
 
 def make_xcom_fence(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> AttemptFence:
-    from airflow_lakefence import task_instances
+    from airflow_lakefence.airflow_adapter import task_instances
 
     def read(name: str, key: PublicationKey) -> Any:
         server.calls += 1
@@ -250,7 +250,7 @@ class FakeRow:
 
 @pytest.fixture
 def row(monkeypatch: pytest.MonkeyPatch) -> FakeRow:
-    from airflow_lakefence import task_instances
+    from airflow_lakefence.airflow_adapter import task_instances
 
     fake = FakeRow()
 

@@ -1,11 +1,21 @@
-"""The cleaner's rules (core/cleanup.py), exhaustively over its inputs."""
+"""The cleaner's rules (core/staging/cleaner.py), exhaustively over its inputs."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.core.abandoned import FAILED_STATES, LIVE_STATES, PENDING_STATES
-from airflow_lakefence.core.cleanup import (
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import key_hash, staging_branch_name
+from airflow_lakefence.core.publication.abandonment import FAILED_STATES, LIVE_STATES, PENDING_STATES
+from airflow_lakefence.core.publication.replacement import temp_branch_name
+from airflow_lakefence.core.records.metadata import (
+    ROLE_PUBLISH,
+    ROLE_STAGE,
+    LakeFenceRecord,
+    decode_metadata,
+    encode_metadata,
+)
+from airflow_lakefence.core.staging.cleaner import (
     EVIDENCE_KEY,
     StagingBranch,
     evidence_metadata,
@@ -15,10 +25,6 @@ from airflow_lakefence.core.cleanup import (
     plan_cleanup,
     remember,
 )
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.merge_only import temp_branch_name
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, decode_metadata, encode_metadata
-from airflow_lakefence.core.naming import key_hash, staging_branch_name
 
 KEY = PublicationKey("dag", "run1", "publish")
 OTHER = PublicationKey("dag", "run0", "publish")

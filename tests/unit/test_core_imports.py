@@ -13,8 +13,9 @@ import sys
 PROBE = """
 import importlib, json, pkgutil, sys
 import airflow_lakefence.core as core
-names = [f"airflow_lakefence.core.{m.name}" for m in pkgutil.iter_modules(core.__path__)]
-for name in [*names, "airflow_lakefence.exceptions", "airflow_lakefence.spark", "airflow_lakefence.spark_submit"]:
+names = [m.name for m in pkgutil.walk_packages(core.__path__, "airflow_lakefence.core.")]
+for name in [*names, "airflow_lakefence.exceptions", "airflow_lakefence.spark", "airflow_lakefence.spark.submit",
+             "airflow_lakefence.spark.delta"]:
     importlib.import_module(name)
 banned = sorted(
     m for m in sys.modules if m.split(".")[0] in ("airflow", "lakefs", "lakefs_sdk", "urllib3", "pyspark")
@@ -28,7 +29,8 @@ def test_core_and_the_job_helper_import_neither_airflow_nor_lakefs() -> None:
     result = json.loads(out.strip().splitlines()[-1])
     assert "airflow_lakefence.core.engine" in result["modules"]
     assert "airflow_lakefence.core.ports" in result["modules"]
-    assert "airflow_lakefence.core.locations" in result["modules"]
+    assert "airflow_lakefence.core.names.locations" in result["modules"]
+    assert "airflow_lakefence.core.fences.hard" in result["modules"]
     assert result["banned"] == []
 
 

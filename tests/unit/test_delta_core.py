@@ -1,10 +1,10 @@
-"""Delta tables as declared outputs: the pure checks of airflow_lakefence.core.delta."""
+"""Delta tables as declared outputs: the pure checks of airflow_lakefence.core.staging.delta_tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.core.delta import (
+from airflow_lakefence.core.staging.delta_tables import (
     DeltaTableOutput,
     PathChange,
     check_delta_changes,

@@ -1,4 +1,4 @@
-"""The job-side Delta helper (airflow_lakefence.delta): locations, idempotent-write ids, packages."""
+"""The job-side Delta helper (airflow_lakefence.spark.delta): locations, idempotent-write ids, packages."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.core.locations import AttemptLocations
-from airflow_lakefence.delta import (
+from airflow_lakefence.core.names.locations import AttemptLocations
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
+from airflow_lakefence.spark import JobEnvironmentError
+from airflow_lakefence.spark.delta import (
     DELTA_SESSION_CONF,
     delta_package,
     delta_submit_options,
@@ -16,7 +17,6 @@ from airflow_lakefence.delta import (
     txn_app_id,
     with_delta,
 )
-from airflow_lakefence.spark import JobEnvironmentError
 
 STAGING = "lakefence-events_daily-0123456789abcdef-t2-89abcdef"
 ENV = {
@@ -85,7 +85,7 @@ def test_delta_package_follows_delta_spark_s_naming(delta: str, spark: str, coor
 
 
 def test_submit_options_add_delta_and_hadoop_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("airflow_lakefence.delta.delta_package", lambda: "io.delta:delta-spark_4.1_2.13:4.2.0")
+    monkeypatch.setattr("airflow_lakefence.spark.delta.delta_package", lambda: "io.delta:delta-spark_4.1_2.13:4.2.0")
     options = delta_submit_options(conf={"spark.sql.shuffle.partitions": "8"}, packages="org.example:x:1")
     packages = options.packages.split(",")
     assert packages[:2] == ["org.example:x:1", "io.delta:delta-spark_4.1_2.13:4.2.0"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.assets import event_extra
-from airflow_lakefence.core.delta import DeltaTableOutput
+from airflow_lakefence.assets.lakefs import event_extra
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import DeltaOutputModeError, InvalidInputError
 
 VERSIONS = {"tables/events/": 4, "tables/users/": None}
@@ -39,7 +39,7 @@ def test_an_asset_above_tables_lists_them_and_one_beside_them_none() -> None:
 
 def test_lineage_names_each_table_with_its_delta_version() -> None:
     pytest.importorskip("airflow.providers.openlineage")
-    from airflow_lakefence.lineage import operator_lineage
+    from airflow_lakefence.lineage.openlineage import operator_lineage
 
     lineage = operator_lineage(
         endpoint="http://127.0.0.1:8000",

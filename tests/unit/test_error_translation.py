@@ -27,7 +27,7 @@ from airflow_lakefence.exceptions import (
     LakeFSRepositoryNotFoundError,
     LakeFSUnavailableError,
 )
-from airflow_lakefence.lakefs_client import translate_error
+from airflow_lakefence.lakefs_adapter.client import translate_error
 
 SECRET = "s3cr3t-value-never-shown"
 

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from airflow_lakefence.core.fence import Action, HeadState, decide_publish
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
+from airflow_lakefence.core.fences.publish import Action, HeadState, decide_publish
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakeFenceRecord, encode_metadata
 
 INPUT = "i" * 64  # input commit
 C = "c" * 64  # staged commit
@@ -130,7 +130,7 @@ def test_decision_properties_over_a_grid() -> None:
 def test_every_refusal_carries_a_code_that_the_advice_words(name: str, state: HeadState) -> None:
     """One decision: the fence's code picks the message; the advice decides nothing of its own."""
     from airflow_lakefence.core.advice import _MESSAGES, WHAT_TO_DO, fail_closed_message
-    from airflow_lakefence.core.fence import Reason
+    from airflow_lakefence.core.fences.publish import Reason
 
     decision = decide_publish(state, INPUT, ME, True, C)
     assert decision.code in _MESSAGES, decision

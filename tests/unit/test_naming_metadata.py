@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import (
-    ROLE_PUBLISH,
-    ROLE_STAGE,
-    LakeFenceRecord,
-    check_user_metadata,
-    decode_metadata,
-    encode_metadata,
-)
-from airflow_lakefence.core.naming import (
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.names.staging_names import (
     MAX_BRANCH_NAME_LENGTH,
     is_valid_branch_name,
     parse_staging_branch_name,
     staging_branch_name,
     staging_branch_prefix,
     validate_staging_prefix,
+)
+from airflow_lakefence.core.records.metadata import (
+    ROLE_PUBLISH,
+    ROLE_STAGE,
+    LakeFenceRecord,
+    check_user_metadata,
+    decode_metadata,
+    encode_metadata,
 )
 
 KEYS = [

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 
-from airflow_lakefence.core import metadata
-from airflow_lakefence.core.scope import Scope, parse_scope
+from airflow_lakefence.core.fences.scope import Scope, parse_scope
+from airflow_lakefence.core.records import metadata
 
 
 def test_the_scope_names_its_sets_as_the_operator_does() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 
-from airflow_lakefence.core.delta import DeltaTableOutput
 from airflow_lakefence.core.request import PublishRequest
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import InputRefError, InvalidInputError, LakeFenceError, PublishBudgetError
 from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator, PublishOptions
 from airflow_lakefence.operators.fenced_base import FENCED_TEMPLATE_FIELDS, OPTION_NAMES

@@ -1,12 +1,12 @@
-"""The pure parts of a run branch (airflow_lakefence/core/run_branch.py): its name, the record, and
+"""The pure parts of a run branch (airflow_lakefence/core/publication/run_branches.py): its name, the record, and
 the one decision about a branch of that name found already there."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.core.naming import MAX_BRANCH_NAME_LENGTH, is_valid_branch_name
-from airflow_lakefence.core.run_branch import (
+from airflow_lakefence.core.names.staging_names import MAX_BRANCH_NAME_LENGTH, is_valid_branch_name
+from airflow_lakefence.core.publication.run_branches import (
     PROVIDER_DAG_ID_KEY,
     PROVIDER_RUN_ID_KEY,
     RunBranchRecord,
@@ -96,7 +96,7 @@ def test_anything_else_fails_closed_saying_what_to_do(recorded: bool, foreign: s
     ],
 )
 def test_the_staging_cleaner_never_takes_a_run_branch_for_a_staging_branch(template: str) -> None:
-    from airflow_lakefence.core.cleanup import inspect_branch
+    from airflow_lakefence.core.staging.cleaner import inspect_branch
 
     name = run_branch_name(template, "etl", "manual__1")
     assert inspect_branch(name, "c" * 64, {}, "lakefence") is None

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_lakefence.core import hardfence as hf
-from airflow_lakefence.core.keys import AttemptId, PublicationKey
-from airflow_lakefence.core.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
-from airflow_lakefence.core.ports import CommitInfo
-from airflow_lakefence.core.scope import (
+from airflow_lakefence.core.fences import hard as hf
+from airflow_lakefence.core.fences.scope import (
     SCOPED_REVERTS_KEY,
     DiffQuery,
     Scope,
@@ -21,6 +18,9 @@ from airflow_lakefence.core.scope import (
     scoped_revert_metadata,
     verify_after_merge,
 )
+from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
+from airflow_lakefence.core.ports import CommitInfo
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 from airflow_lakefence.exceptions import InvalidInputError
 
 pytestmark = pytest.mark.scoped

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_lakefence.core.locations import JOB_ENVIRONMENT
+from airflow_lakefence.core.names.locations import JOB_ENVIRONMENT
 from airflow_lakefence.exceptions import InvalidInputError, LakeFenceError
 from airflow_lakefence.spark import (
     COMMITTER_SETTINGS,
@@ -116,7 +116,7 @@ def test_the_spark_operator_hands_its_locations_to_the_job(tmp_path: Path, monke
 
 
 def test_the_old_spellings_still_import_with_a_warning() -> None:
-    import airflow_lakefence.core.metadata as metadata
+    import airflow_lakefence.core.records.metadata as metadata
     import airflow_lakefence.spark as spark
 
     with pytest.warns(DeprecationWarning, match="use LakeFenceJob"):

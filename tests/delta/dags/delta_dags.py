@@ -25,9 +25,9 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG, Asset
 
-from airflow_lakefence.core.delta import DeltaTableOutput
-from airflow_lakefence.delta import DELTA_SESSION_CONF, delta_package, delta_table
+from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.operators import FencedPythonPublishOperator, FencedSparkPublishOperator
+from airflow_lakefence.spark.delta import DELTA_SESSION_CONF, delta_package, delta_table
 
 # The one shared factory (tests/dags/dag_factory.py), by path: the dags folders are not packages.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dags"))

@@ -1,0 +1,1 @@
+"""Names: publication keys and attempt identities, staging-branch names, the job's locations."""

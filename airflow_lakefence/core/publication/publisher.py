@@ -1,0 +1,420 @@
+"""Steps 10 and 11: the publish fence decides, a strategy acts, then verifies what it did.
+
+:class:`Publisher` checks the hard fence before the job (a :class:`~airflow_lakefence.core.fences.hard.HardFenceStatus`
+value) and, at publish time, hands the attempt to one of two strategies behind one interface
+(:class:`PublishStrategy`):
+
+* :class:`BranchPublish` (the default, ``fence_scope="branch"``) reads the target's HEAD, asks the
+  decision table (:func:`~airflow_lakefence.core.fences.publish.decide_publish`) and acts on its one answer:
+  merge, no-op, replacement or relocation of an abandoned publication (by a hard reset, or by merges
+  on a protected target: :mod:`airflow_lakefence.core.publication.replacement`), idempotent completion, or
+  failing closed. After acting it verifies (the merge's first parent, the HEAD after a reset)
+  unless lakeFS's hard fence already checked the head server-side (docs/hard-fence.md);
+* :class:`~airflow_lakefence.core.publication.scoped_publisher.ScopedPublish` (``fence_scope="prefixes"``) fences
+  on the declared prefixes instead.
+
+Both send their merges through :class:`~airflow_lakefence.core.publication.target_merge.TargetMerge` and replace by
+merges through :func:`~airflow_lakefence.core.publication.replacement.replace_through_temp_branch`.
+
+lakeFS's answers arrive here already sorted into exception classes by the client adapter; this
+module turns each into what it means for the protocol.
+
+Nothing here imports Airflow or lakeFS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
+
+from airflow_lakefence import failpoints
+from airflow_lakefence.core.advice import fail_closed_message
+from airflow_lakefence.core.fences.attempt import AttemptGuard
+from airflow_lakefence.core.fences.hard import (
+    ACTION_PATH,
+    NO_HARD_FENCE,
+    HardFenceStatus,
+    check_ref,
+    expected_head_metadata,
+    fence_vouch_metadata,
+)
+from airflow_lakefence.core.fences.publish import Action, FenceDecision, HeadState, decide_publish
+from airflow_lakefence.core.names.keys import AttemptId
+from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
+from airflow_lakefence.core.publication.replacement import replace_by_merge, temp_branch_name
+from airflow_lakefence.core.publication.scoped_publisher import ScopedPublish
+from airflow_lakefence.core.publication.target_merge import TargetMerge
+from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
+from airflow_lakefence.core.records.reporting import Log
+from airflow_lakefence.core.records.run_state import RunStatePort, reported_publication
+from airflow_lakefence.core.request import PublishRequest, read_target_head
+from airflow_lakefence.exceptions import (
+    HardFenceMissingError,
+    HardFenceRaceError,
+    LakeFSBranchProtectedError,
+    LakeFSHookRejectedError,
+    PublishFenceError,
+    PublishRaceError,
+)
+
+_ACTIONS_DIR = ACTION_PATH.split("/")[0] + "/"
+
+
+def supersedes(run_state: RunStatePort, head: HeadState, early: FenceDecision) -> dict[str, Any] | None:
+    """The successful publication this attempt is about to replace, if HEAD is one.
+
+    An earlier try of this run that reported HEAD as its output and was cleared afterwards (a
+    deliberate re-run) is *superseded*, not abandoned.
+
+    :param run_state: the run state (the publication an earlier try reported).
+    :param head: the target's HEAD.
+    :param early: the fence's decision on it before the job.
+    """
+    if early.action not in (Action.REPLACE, Action.RELOCATE):
+        return None
+    reported = reported_publication(run_state)
+    if reported is None or reported["output_ref"] != head.commit_id:
+        return None
+    return {"output_ref": head.commit_id, "try_number": reported.get("try_number")}
+
+
+class _Publishing(NamedTuple):
+    """The values every action of one publish round works with."""
+
+    attempt: AttemptId
+    staging: str
+    input_commit: str
+    staged: str
+    fence: HardFenceStatus
+    #: the target's HEAD the round decided on
+    head: HeadState
+    #: the publication's metadata, naming the head the merge expects
+    metadata: Mapping[str, str]
+
+
+@dataclasses.dataclass
+class Publisher:
+    """Steps 10 and 11 of one attempt, and the hard fence it may rely on.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param guard: the attempt's guard.
+    :param log: where to log.
+    :param job_name: how messages name the job.
+    """
+
+    lakefs: LakeFSPort
+    request: PublishRequest
+    guard: AttemptGuard
+    log: Log
+    job_name: str
+    merging: TargetMerge = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.merging = TargetMerge(self.lakefs, self.request)
+
+    # -- the hard fence (docs/hard-fence.md) ---------------------------------------------------
+
+    def check_hard_fence(self, input_commit: str, head: HeadState | None = None) -> HardFenceStatus:
+        """Before the job: does lakeFS run the hard fence on merges built on the input? (0 or 1 call).
+
+        No call when the target's HEAD, read in step 1, is the input and vouches for its fence (the
+        installer's merge, or a publication that kept the fence intact): see
+        :func:`~airflow_lakefence.core.fences.hard.vouched_check`.
+
+        :param input_commit: the input commit.
+        :param head: the target's HEAD read in step 1, if any.
+        :return: the status the publish relies on (narrow it with :meth:`note_written` after the job).
+        :raises HardFenceMissingError: with ``hard_fence="require"`` when it does not.
+        """
+        mode = self.request.hard_fence
+        if mode == "off":
+            return NO_HARD_FENCE
+        known = head is not None and head.commit_id == input_commit
+        check = check_ref(
+            self.lakefs,
+            self.request.repository,
+            input_commit,
+            metadata=head.metadata if known and head is not None else None,
+            first_parent=head.first_parent if known and head is not None else None,
+        )
+        scoped = self.request.scope is not None
+        refusal = check.refusal(scoped=scoped)
+        if refusal is not None and mode == "require":
+            raise HardFenceMissingError(f"hard_fence='require': {refusal}")
+        # A scoped publication relies only on a hook that checks scopes (version 2 or later).
+        relied_on = check.scoped if scoped else check.enforced
+        # A direct-mode job may rewrite the action file in the staged commit unless output_prefixes
+        # keep it out, and a declared prefix inside the actions' directory lets the job (or, with
+        # output_mode="replace", the engine itself) change it: then the merge is still verified after
+        # acting.
+        prefixes = self.request.prefixes
+        inside = any(p.startswith(_ACTIONS_DIR) for p in prefixes)
+        intact = relied_on and not (inside or (self.request.write_mode == "direct" and not prefixes))
+        self.log.info("Hard fence: %s", check.message)
+        return HardFenceStatus(relied_on, intact, check.installed_version)
+
+    @staticmethod
+    def note_written(status: HardFenceStatus, paths: Iterable[str]) -> HardFenceStatus:
+        """The status once the job wrote these workspace paths (one under the actions' directory voids it).
+
+        :param status: the status from :meth:`check_hard_fence`.
+        :param paths: object paths.
+        """
+        return status.after_writing(paths, _ACTIONS_DIR)
+
+    # -- steps 10 and 11 -------------------------------------------------------------------------
+
+    def publish(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        early_head: HeadState,
+        superseded: Mapping[str, Any] | None = None,
+        fence: HardFenceStatus = NO_HARD_FENCE,
+    ) -> tuple[FenceDecision, str]:
+        """Decide on the target's HEAD and act; return the decision and the output ref.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+        :param superseded: the successful publication this attempt replaces, if any.
+        :param fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
+        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
+        """
+        metadata = {
+            **(self.request.commit_metadata or {}),
+            **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
+        }
+        strategy: PublishStrategy
+        if self.request.scope is not None:
+            strategy = ScopedPublish(
+                self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, fence
+            )
+        else:
+            strategy = BranchPublish(
+                self.lakefs,
+                self.request,
+                self.guard,
+                self.log,
+                self.merging,
+                fence,
+                self.job_name,
+                early_head,
+                superseded,
+            )
+        return strategy.publish(attempt, staging, input_commit, staged, metadata)
+
+
+class PublishStrategy(Protocol):
+    """Steps 10 and 11 for one request: decide on the target and act (branch-wide or scoped)."""
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide and act; return the decision and the output ref.
+
+        :param attempt: this attempt.
+        :param staging: its staging branch.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        :param record: the publication's metadata (the ``publish`` record and the user's metadata).
+        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
+        """
+        ...
+
+
+@dataclasses.dataclass
+class BranchPublish:
+    """The branch-wide strategy: the decision table on the target's HEAD, acted on (merge, reset or
+    merge-only replacement), verified unless lakeFS's hard fence checked it.
+
+    :param lakefs: the lakeFS port.
+    :param request: the validated request.
+    :param guard: the attempt's guard.
+    :param log: where to log.
+    :param merging: how merges into the target are sent and their refusals read.
+    :param fence: the hard fence's status, as the check before the job left it.
+    :param job_name: how messages name the job.
+    :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+    :param superseded: the successful publication this attempt replaces, if any.
+    """
+
+    lakefs: LakeFSPort
+    request: PublishRequest
+    guard: AttemptGuard
+    log: Log
+    merging: TargetMerge
+    fence: HardFenceStatus
+    job_name: str
+    early_head: HeadState
+    superseded: Mapping[str, Any] | None
+
+    def publish(
+        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
+    ) -> tuple[FenceDecision, str]:
+        """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
+        changed = staged.id != input_commit
+
+        def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
+            decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
+            failpoints.hit("after_publish_read")
+            self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
+            # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
+            metadata = {**record, **expected_head_metadata(head.commit_id)}
+            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence, head, metadata)
+            return decision, self._act(decision, pub)
+
+        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
+            # Every round reads the target afresh: a write that landed although its answer was lost
+            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
+            # merge acts at once on the head read before the job, and the target is read only when
+            # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
+            refused: PublishRaceError | None = None
+            if self.fence.relied_on and not answer_lost:
+                decision = decide_publish(self.early_head, input_commit, attempt, changed, staged.id)
+                optimistic = decision.action is Action.MERGE or (
+                    decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
+                )
+                if optimistic:
+                    try:
+                        return act_on(self.early_head, decision)
+                    except PublishRaceError as exc:
+                        # Refused by the fence, or a conflict with what moved the head: nothing landed.
+                        if not self.merging.nothing_landed(exc):
+                            raise
+                        self.log.info("%s: reading the target to decide again", exc)
+                        refused = exc
+            head = read_target_head(self.lakefs, self.request)
+            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+            if refused is not None and decision.action is Action.FAIL_CLOSED:
+                # The fence lost the race to a writer the table cannot explain: say both.
+                raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
+            return act_on(head, decision)
+
+        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
+
+    def _explain(
+        self,
+        head: HeadState,
+        decision: FenceDecision,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        superseded: Mapping[str, Any] | None,
+    ) -> FenceDecision:
+        """The decision with a reason for the person reading the log."""
+        if decision.action is Action.FAIL_CLOSED:
+            # The job ran: only the publication is refused (its output stays as evidence).
+            message = fail_closed_message(
+                decision.code,
+                head,
+                input_commit,
+                attempt,
+                self.request.target_branch,
+                before_job=False,
+                job_name=self.job_name,
+                kept_in=staging,
+            )
+            return dataclasses.replace(decision, reason=message)
+        if (
+            decision.action in (Action.REPLACE, Action.RELOCATE)
+            and superseded is not None
+            and superseded["output_ref"] == head.commit_id
+        ):
+            # A successful try's publication, cleared on purpose: superseded, not abandoned.
+            nothing = " and this try changed nothing" if decision.action is Action.RELOCATE else ""
+            return dataclasses.replace(
+                decision,
+                reason=f"target HEAD {head.commit_id} is the superseded publication of try "
+                f"{superseded['try_number']} (it succeeded; the task instance was cleared){nothing}",
+            )
+        return decision
+
+    def _act(self, decision: FenceDecision, pub: _Publishing) -> str:
+        if decision.action is Action.FAIL_CLOSED:
+            raise PublishFenceError(decision.reason, staging_branch=pub.staging)
+        if decision.action is Action.MERGE:
+            return self._merge(pub)
+        if decision.action in (Action.REPLACE, Action.RELOCATE):
+            assert decision.output_ref is not None
+            if self.request.replace_by_merge:
+                return self._replace_by_merge(pub)
+            return self._reset(decision.output_ref, pub)
+        if decision.action is Action.IDEMPOTENT:
+            # A previous round's write landed although its answer was lost.
+            assert decision.output_ref is not None
+            return decision.output_ref
+        return pub.input_commit  # NOOP
+
+    def _merge(self, pub: _Publishing) -> str:
+        attempt, staging, input_commit, staged, fence, head, metadata = pub
+        if fence.intact and fence.version is not None:
+            # The publication's tree keeps the input's action file: the next attempt that builds on
+            # it learns the fence from its metadata, without reading the file.
+            metadata = {**metadata, **fence_vouch_metadata(fence.version)}
+        merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
+        failpoints.hit("after_publish_action")
+        if not fence.intact:  # else lakeFS checked the first parent before the branch moved
+            self._check_first_parent(merge_ref, input_commit, "the input", staging)
+        return merge_ref
+
+    def _check_first_parent(self, merge_ref: str, expected: str, what: str, staging: str) -> None:
+        """Verify a merge after acting: its first parent is what the round built on.
+
+        :raises PublishRaceError: when another writer moved the target first.
+        """
+        merged = self.lakefs.get_commit(self.request.repository, merge_ref)
+        if merged.parents[:1] != (expected,):
+            raise PublishRaceError(
+                f"merge commit {merge_ref} has first parent {merged.parents[:1]}, not {what} {expected}: "
+                f"another writer raced the publish; {self.request.target_branch!r} left as is",
+                staging_branch=staging,
+            )
+
+    def _reset(self, output_ref: str, pub: _Publishing) -> str:
+        staging = pub.staging
+        client, repo, target = self.lakefs, self.request.repository, self.request.target_branch
+        try:
+            client.hard_reset(repo, target, output_ref)
+        except LakeFSBranchProtectedError:
+            self.log.info("%r is protected (no hard reset): replacing by merges", target)
+            return self._replace_by_merge(pub)
+        failpoints.hit("after_publish_action")
+        now = HeadState.of(client.get_commit(repo, target))
+        # A commit whose first parent is what was set came after the reset: not a race.
+        if output_ref not in (now.commit_id, now.first_parent):
+            raise PublishRaceError(
+                f"after resetting {target!r} to {output_ref} its HEAD is {now.commit_id}: another "
+                "writer raced the publish; left as is",
+                staging_branch=staging,
+            )
+        return output_ref
+
+    def _replace_by_merge(self, pub: _Publishing) -> str:
+        attempt, staging, input_commit, staged, fence, head, metadata = pub
+        try:
+            outcome = replace_by_merge(
+                self.lakefs,
+                repository=self.request.repository,
+                target=self.request.target_branch,
+                head=head,
+                input_commit=input_commit,
+                staged_commit=staged,
+                temp_branch=temp_branch_name(staging),
+                message=self.request.message(ROLE_PUBLISH, attempt),
+                metadata=metadata,
+                # A staged tree equal to the replaced publication's still needs its own merge commit.
+                send=lambda source, link: self.merging.send(attempt, staging, source, link, head, allow_empty=True),
+            )
+        except LakeFSHookRejectedError as exc:
+            raise self.merging.rejection(exc, head, staging) from exc
+        failpoints.hit("after_publish_action")
+        if outcome.calls and not fence.intact:
+            self._check_first_parent(outcome.output_ref, head.commit_id, "the replaced publication", staging)
+        return outcome.output_ref
