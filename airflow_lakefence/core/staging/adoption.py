@@ -238,7 +238,7 @@ def _branch_verdict(
         and found.attempt.key == key
         and (found.attempt.try_number, found.attempt.ti_id) in chain
         and found.input_ref == record.input_commit
-        and head.parents[:1] == [record.input_commit]
+        and tuple(head.parents[:1]) == (record.input_commit,)
     ):
         return None
     return f"the staging branch moved: its HEAD {head.id} is neither the input nor the job's own stage commit"
