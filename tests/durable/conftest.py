@@ -1,158 +1,34 @@
-"""Fixtures of the durable-job tier: a standalone Spark cluster whose master serves the REST API the
-provider's durable machinery asks, and a small Java job compiled here (cluster deploy mode runs
-JVM applications only).
-
-The worker's environment holds the lakeFS credentials: the cluster supplies them to its drivers,
-as a YARN or Kubernetes cluster does (docs/spark.md).
-"""
+"""Fixtures of the durable-job tier: the cluster of tests/durable/cluster.py for a module, its Airflow
+connection, the tier's DAGs."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import DAGS_FOLDER, fresh_dag_module
-from tests.spark.conftest import _free_port, _wait_for
+from tests.durable.cluster import DurableCluster, running_cluster, spark_connection
 
 HERE = Path(__file__).resolve().parent
 if not (DAGS_FOLDER / "durabledags").exists():
     (DAGS_FOLDER / "durabledags").symlink_to(HERE / "dags")
 
 
-@dataclass(frozen=True)
-class DurableCluster:
-    """A standalone master (RPC, REST and web UI on loopback) and one worker.
-
-    :param master_url: ``spark://127.0.0.1:PORT``.
-    :param rest_port: the master's REST submission port.
-    :param ui_port: the master's web UI port (``/json/`` lists the drivers).
-    :param jar: the Java job's jar.
-    :param root: logs and the worker's work dir.
-    """
-
-    master_url: str
-    rest_port: int
-    ui_port: int
-    jar: Path
-    root: Path
-
-    def drivers(self) -> list[dict[str, Any]]:
-        """Every driver the master knows, active and completed (one per submission)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=10) as answer:
-            state = json.load(answer)
-        return [*state.get("activedrivers", []), *state.get("completeddrivers", [])]
-
-    def wait_for_driver(self, state: str, count: int, timeout: float = 60) -> None:
-        """Wait until ``count`` drivers are in ``state`` (``RUNNING``, ``FINISHED``...)."""
-        deadline = time.monotonic() + timeout
-        while sum(d.get("state") == state for d in self.drivers()) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{count} driver(s) {state}: not within {timeout}s ({self.drivers()})")
-            time.sleep(0.3)
-
-
-def _compile_job(root: Path) -> Path:
-    """javac the job against PySpark's jars (the classpath a Spark job has), and jar it."""
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
-    classes = root / "classes"
-    classes.mkdir()
-    subprocess.run(
-        ["javac", "-cp", f"{jars}/*", "-d", str(classes), str(HERE / "jobs" / "LakefenceMarkerJob.java")],
-        check=True,
-    )
-    jar = root / "lakefence-marker-job.jar"
-    subprocess.run(["jar", "cf", str(jar), "-C", str(classes), "."], check=True)
-    return jar
-
-
 @pytest.fixture(scope="module")
 def durable_cluster(lakefence_server: Any) -> Iterator[DurableCluster]:
-    """The module's cluster: master with its REST server on, one worker holding the lakeFS credentials."""
-    import pyspark
-
-    spark_home = Path(pyspark.__file__).parent
-    spark_class = spark_home / "bin" / "spark-class"
-    root = Path(tempfile.mkdtemp(prefix="lakefence-durable-cluster-"))
-    (root / "work").mkdir()
-    jar = _compile_job(root)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEFS_", "AIRFLOW_CONN"))}
-    port, rest_port, ui_port = _free_port(), _free_port(), _free_port()
-    env.update(
-        {
-            "SPARK_HOME": str(spark_home),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_WORKER_DIR": str(root / "work"),
-            "SPARK_NO_DAEMONIZE": "1",
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_MASTER_OPTS": f"-Dspark.master.rest.enabled=true -Dspark.master.rest.port={rest_port}",
-        }
-    )
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
-    master_log, worker_log = root / "master.log", root / "worker.log"
-    worker_env = {
-        **env,
-        "LAKEFS_ACCESS_KEY_ID": lakefence_server.access_key_id,
-        "LAKEFS_SECRET_ACCESS_KEY": lakefence_server.secret_access_key,
-    }
-    try:
-        with master_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(port), "--webui-port", str(ui_port)],
-                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )  # fmt: skip
-        _wait_for(lambda: "I have been elected leader" in master_log.read_text(errors="replace"), "master", 90, procs)
-        with worker_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()), master_url],
-                    env=worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )  # fmt: skip
-        _wait_for(
-            lambda: "Successfully registered with master" in worker_log.read_text(errors="replace"),
-            "worker registration",
-            90,
-            procs,
-        )
-        yield DurableCluster(master_url, rest_port, ui_port, jar, root)
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """The module's cluster (:func:`tests.durable.cluster.running_cluster`)."""
+    with running_cluster(lakefence_server.access_key_id, lakefence_server.secret_access_key) as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def durable_conn(durable_cluster: DurableCluster, monkeypatch: pytest.MonkeyPatch) -> DurableCluster:
     """The ``spark_durable`` Airflow connection: the module's master, cluster deploy mode, its REST port."""
-    conn = {
-        "conn_type": "spark",
-        "host": durable_cluster.master_url,
-        "extra": {"deploy-mode": "cluster", "rest-port": str(durable_cluster.rest_port)},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DURABLE", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DURABLE", json.dumps(spark_connection(durable_cluster)))
     return durable_cluster
 
 

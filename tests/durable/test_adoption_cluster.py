@@ -21,7 +21,7 @@ import pytest
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.core.staging.adoption import ADOPTED_BY_KEY, ADOPTED_FROM_KEY, ADOPTED_JOB_KEY
-from tests.durable.conftest import DurableCluster
+from tests.durable.cluster import DurableCluster
 from tests.integration.helpers import read_text, staging_branches, ti_state, xcoms
 
 pytestmark = [

@@ -16,7 +16,8 @@ import java.util.Base64;
 
 public class LakefenceMarkerJob {
     private static void log(Path runs, String line) throws Exception {
-        Files.writeString(runs, line + "\n", StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+        String stamped = line + " " + (System.currentTimeMillis() / 1000.0) + "\n";
+        Files.writeString(runs, stamped, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
     }
 
     public static void main(String[] args) throws Exception {
