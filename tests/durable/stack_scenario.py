@@ -3,7 +3,7 @@ tests/durable/cluster.py, and a worker killed (or frozen) mid-job. Shared by
 tests/durable/test_adoption_scheduler.py and benchmarks/durable_adoption.py.
 
 "The worker running the task" is the LocalExecutor's worker process (it supervises the task) and
-the task process it forked (titled ``airflow worker -- <ti id>``): SIGKILL both and the try dies
+the task process it forked, with their children: SIGKILL them all and the try dies
 with no ``finally`` and no ``on_kill``, as when its machine goes away; the scheduler finds the
 missing heartbeats after ``task_instance_heartbeat_timeout`` (10 s here) and schedules the retry.
 """
@@ -38,14 +38,20 @@ STACK_CONFIG = {
 
 
 def worker_processes(stack: Any, ti_id: str) -> list[psutil.Process]:
-    """The task process of ``ti_id`` and its parent, the executor's worker that supervises it."""
-    for proc in stack.marked_processes():
+    """The executor's worker running ``ti_id`` (titled ``airflow worker -- LocalExecutor: <ti id>``; it
+    supervises the task) and everything below it: the task process and whatever it started.
+
+    Found among the scheduler's descendants by title (the titles overwrite the processes' environment,
+    so the stack's marker cannot find them).
+    """
+    scheduler = psutil.Process(stack.processes["scheduler"].pid)
+    for proc in scheduler.children(recursive=True):
         try:
-            if f"airflow worker -- {ti_id}" in " ".join(proc.cmdline()):
-                return [proc, proc.parent()]
+            if ti_id in " ".join(proc.cmdline()):
+                return [proc, *proc.children(recursive=True)]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    raise LookupError(f"no task process for task instance {ti_id}")
+    raise LookupError(f"no worker runs task instance {ti_id}")
 
 
 @dataclass
