@@ -24,7 +24,7 @@ public class LakefenceMarkerJob {
         double seconds = Double.parseDouble(args[0]);
         Path runs = Paths.get(args[1]);
         String failOnce = args.length > 2 ? args[2] : "-";
-        String endpoint = System.getProperty("spark.lakefence.endpoint");
+        String endpoint = System.getProperty("spark.lakefence.endpoint").replaceAll("/+$", "").replaceAll("/api/v1$", "");
         String repository = System.getProperty("spark.lakefence.repository");
         String branch = System.getProperty("spark.lakefence.stagingBranch");
         log(runs, "start " + branch);
