@@ -14,7 +14,8 @@ checked every 2 s) and retries it.
 * **durable=False**: the retry submits a new job; the first keeps running on the cluster until it
   ends (nothing kills it: its submitter is gone).
 
-Reported per mode: the run's wall time (trigger to success), the kill time, tries, the drivers the
+Each DAG first runs one short untimed job (a fresh stack's first task pays cold imports). Reported
+per mode: the run's wall time (trigger to success) and from the job's start, the kill time, tries, the drivers the
 master ran, and the driver-seconds the cluster spent (the job allocates no executors: the driver's
 one core is the job's compute, from each run's own start and end stamps); and the ratio of the wall
 times (the issue's goal: <= 0.6).
@@ -73,16 +74,25 @@ def main(argv: list[str] | None = None) -> int:
             with running_stack(stack, DAG_IDS, lambda: False):
                 for dag_id in DAG_IDS:
                     stack.api.unpause(dag_id)
-                for label, dag_id, repository in MODES:
+
+                def seed(repository: str, seconds: float, runs_log: Path) -> dict[str, Any]:
                     branch = lakefs.Repository(repository, client=client).branch("main")
-                    branch.object("in/data.txt").upload(b"input", pre_sign=False)
-                    conf = {
+                    branch.object("in/data.txt").upload(f"input {time.time()}".encode(), pre_sign=False)
+                    return {
                         "repository": repository,
                         "input_ref": branch.commit("seed").get_commit().id,
                         "jar": str(cluster.jar),
-                        "seconds": args.job_seconds,
-                        "runs_log": str(home / f"{dag_id}.runs.log"),
+                        "seconds": seconds,
+                        "runs_log": str(runs_log),
                     }
+
+                # One short untimed run per DAG first: the first task of a fresh stack pays for cold
+                # imports and JVM caches, which would count against whichever mode ran first.
+                for _label, dag_id, repository in MODES:
+                    run_id = stack.api.trigger(dag_id, seed(repository, 1, home / f"{dag_id}.warm.log"))
+                    stack.api.wait_run(dag_id, run_id, ["success"], 300)
+                for label, dag_id, repository in MODES:
+                    conf = seed(repository, args.job_seconds, home / f"{dag_id}.runs.log")
                     outcome = run_with_a_dead_worker(
                         stack, cluster, dag_id, conf, kill_after=args.job_seconds * args.kill_at, timeout=900
                     )
@@ -93,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                             break
                         time.sleep(1)
                     outcome.runs = job_runs(Path(conf["runs_log"]))
+                    job_start = outcome.killed_at - args.job_seconds * args.kill_at
                     result = {
                         "mode": label,
                         "state": outcome.state,
                         "wall_s": round(outcome.wall, 1),
+                        "from_job_start_s": round(outcome.wall - job_start, 1),
                         "killed_at_s": round(outcome.killed_at, 1),
                         "tries": outcome.tries,
                         "drivers": len(outcome.drivers),
@@ -106,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(result)
     shutil.rmtree(home, ignore_errors=True)
     rows = [
-        [r["mode"], r["state"], r["killed_at_s"], r["wall_s"], r["tries"], r["drivers"], r["driver_seconds"]]
+        [r["mode"], r["state"], r["killed_at_s"], r["wall_s"], r["from_job_start_s"], r["tries"], r["drivers"],
+         r["driver_seconds"]]
         for r in results
-    ]
-    print_table(["mode", "run", "killed at (s)", "wall (s)", "tries", "drivers", "driver-seconds"], rows)
+    ]  # fmt: skip
+    headers = ["mode", "run", "killed at (s)", "wall (s)", "job start to end (s)", "tries", "drivers", "driver-s"]
+    print_table(headers, rows)
     if len(results) == 2:
         ratio = results[0]["wall_s"] / results[1]["wall_s"]
         print(f"wall time, adoption / durable=False: {ratio:.2f} (goal <= 0.6)")
