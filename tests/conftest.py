@@ -69,27 +69,27 @@ ONE_BACKEND_MARKERS = ("spark", "scheduler", "celery", "spark_cluster", "browser
 #   (merge, noop, replace, relocate, idempotent, read_only, fail closed, stale), the examples, the
 #   operator's usability and the hard fence's operator, on both backends;
 # - --lakefs-backend=local (or real) alone still runs every test on that one backend.
-PROTOCOL_TIERS = ("tests/integration/", "tests/reliability/", "tests/hard_fence/")
+PROTOCOL_TIERS = ("tests/integration/", "tests/examples/", "tests/real_lakefs/", "tests/reliability/")
 LOCAL_SMOKE = (
     # merge, noop, replace, relocate, read_only, fail closed with evidence, stale and cleared attempts
-    "tests/integration/test_fenced_publish.py::",
+    "tests/integration/operators/test_fenced_spark.py::",
     # idempotent: a merge whose answer was lost is found, not repeated
-    "tests/integration/test_publish_faults_and_costs.py::test_merge_answer_lost_is_not_repeated",
-    "tests/integration/test_examples.py::",
-    "tests/integration/test_example_python.py::",
-    "tests/integration/test_sensors_monitoring_example.py::",
-    "tests/integration/test_operator_usability.py::",
-    "tests/hard_fence/test_operator_hard_fence.py::",
+    "tests/integration/operators/test_fenced_spark_faults.py::test_merge_answer_lost_is_not_repeated",
+    "tests/examples/test_examples.py::",
+    "tests/examples/test_example_python.py::",
+    "tests/examples/test_example_monitoring.py::",
+    "tests/integration/operators/test_fenced_spark_usability.py::",
+    "tests/integration/operators/test_fenced_spark_hard_fence.py::",
     # the scoped hard fence (Lua diff_refs inside the merge) as DAG authors' local server runs it
-    "tests/hard_fence/test_scoped_hard_fence.py::",
+    "tests/integration/core/fences/test_hard_scoped.py::",
     # many writers on one branch: the scoped fence through the engine and the operators, and its cost
-    "tests/integration/test_scoped_publish.py::",
-    "tests/integration/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
+    "tests/integration/core/test_engine_scoped.py::",
+    "tests/integration/cost/test_cost_contract.py::test_scoped_publish_onto_a_moved_target_costs_one_diff_per_prefix",
     # a branch per run and airflow-provider-lakefs's operators, as DAG authors migrating run them
-    "tests/integration/test_run_branch.py::",
-    "tests/integration/test_run_branch_cost.py::",
-    "tests/integration/test_lakefs_provider_operators.py::",
-    "tests/integration/test_example_branch_per_run.py::",
+    "tests/integration/operators/test_run_branch.py::",
+    "tests/integration/cost/test_run_branch_cost.py::",
+    "tests/integration/operators/test_lakefs.py::",
+    "tests/examples/test_example_branch_per_run.py::",
 )
 #: Added to protocol-tier tests outside LOCAL_SMOKE: under ``both`` they run on real lakeFS only.
 REFERENCE_ONLY_MARKER = "lakefs_reference_only"

@@ -145,7 +145,7 @@ class PublishEngine:
         run_state: RunStatePort | None = None,
     ) -> None:
         self.lakefs = lakefs
-        self.fence = fence
+        self.attempt_fence = fence
         self.request = request.validated()
         self.log: Log = log or logging.getLogger(__name__)
         self.job_name = job_name
@@ -191,11 +191,11 @@ class PublishEngine:
                 with guard.run_state_may_be_archived("before the job", staging):
                     pin_input(self.run_state, req.input_ref, input_commit)
             tell.staging_created(staging)
-            fence = publisher.check_hard_fence(input_commit, target_head)
+            hard_fence = publisher.check_hard_fence(input_commit, target_head)
             failpoints.hit("after_staging_branch")
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
-            fence = publisher.note_written(fence, (name for name, _ in workspace.files))
+            hard_fence = publisher.note_written(hard_fence, (name for name, _ in workspace.files))
             with guard.staging_may_vanish("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
                 tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
@@ -203,8 +203,9 @@ class PublishEngine:
             guard.ensure_current("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
             guard.ensure_publish_budget()  # step 9
-            decision, output_ref = publisher.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, target_head, superseded, fence
+            strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
+            decision, output_ref = strategy.publish(  # steps 10, 11
+                attempt, staging, input_commit, staged, publisher.record(attempt, input_commit, staged)
             )
             failpoints.hit("after_verify")
             published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
@@ -307,7 +308,7 @@ class PublishEngine:
                 self.log.info("Keeping staging branch %s: try %d adopted it", branch, later.try_number)
                 return True
             job_id = self._job_id
-            if job_id is None or self.fence.stale_reason() is not None:
+            if job_id is None or self.attempt_fence.stale_reason() is not None:
                 return False
             if durable.job_status(job_id) in (JobStatus.ACTIVE, JobStatus.SUCCEEDED):
                 self.log.info(
@@ -323,10 +324,10 @@ class PublishEngine:
         req = self.request
         reading = in_background(read_target_head, self.lakefs, req)  # step 1: repository and target exist
         try:
-            self.fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
+            self.attempt_fence.arm()  # step 2: an Airflow write, not a lakeFS one: done while the target is read
         finally:
             target_head = reading.result()  # a bad target is what this attempt reports first
-        attempt = self.fence.attempt
+        attempt = self.attempt_fence.attempt
         staging = staging_branch_name(attempt, req.staging_prefix)
         pinned = None
         if attempt.try_number > 1:  # try numbers only grow: a first try has no earlier try's pin to read
@@ -400,9 +401,11 @@ class PublishEngine:
         """The attempt's collaborators, one per concern (built per run: they hold the attempt's state)."""
         req = self.request
         guard = AttemptGuard(
-            self.lakefs, self.fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
+            self.lakefs, self.attempt_fence, req.repository, self.log, self.clock, req.publish_budget, req.deadline
         )
-        area = StagingArea(self.lakefs, req, guard, self.fence, self.log, self.clock, self.job_name, self.job_error)
+        area = StagingArea(
+            self.lakefs, req, guard, self.attempt_fence, self.log, self.clock, self.job_name, self.job_error
+        )
         publisher = Publisher(self.lakefs, req, guard, self.log, self.job_name)
         evidence = Evidence(
             self.lakefs,

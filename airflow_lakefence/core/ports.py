@@ -1,8 +1,9 @@
 """The two small interfaces the publish engine runs over, and the commit value they exchange.
 
 * :class:`LakeFSPort`: the lakeFS calls the protocol makes.
-  :class:`airflow_lakefence.lakefs_adapter.client.LakeFSClient` implements it over the ``lakefs`` SDK; tests implement it in memory. Implementations raise the
-  package's :class:`~airflow_lakefence.exceptions.LakeFSError` subclasses, and
+  :class:`airflow_lakefence.lakefs_adapter.client.LakeFSClient` implements it over the ``lakefs``
+  SDK; tests implement it in memory. Implementations raise the package's
+  :class:`~airflow_lakefence.exceptions.LakeFSError` subclasses, and
   :class:`~airflow_lakefence.exceptions.LakeFSUnavailableError` when a write's outcome is unknown.
 * :class:`AttemptFencePort`: "is this process still the current try?". The Airflow adapter is
   :class:`airflow_lakefence.airflow_adapter.attempt_fence.AttemptFence`.

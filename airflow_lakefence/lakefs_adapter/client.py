@@ -169,22 +169,31 @@ class LakeFSClient:
         return str(self.sdk.config.host)
 
     def _call(self, operation: str, what: str, fn: Callable[[], T], *, idempotent: bool) -> T:
-        def once() -> T:
-            try:
-                with api_exception_handler():
-                    return fn()
-            except CAUGHT as exc:
-                raise translate_error(exc, operation, what) from exc
+        """Make one SDK call; its errors leave as the package's exceptions, and reads are retried.
 
+        :param operation: the lakeFS operation, for messages and translation.
+        :param what: what it acts on, for messages.
+        :param fn: the SDK call.
+        :param idempotent: whether a transient failure may be retried (reads only).
+        """
         if not idempotent:
-            return once()
+            return self._call_once(operation, what, fn)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(LakeFSUnavailableError),
             stop=tenacity.stop_after_attempt(self._read_attempts),
             wait=tenacity.wait_exponential(multiplier=self._backoff, max=5.0),
             reraise=True,
         )
-        return retrying(once)
+        result: T = retrying(self._call_once, operation, what, fn)
+        return result
+
+    @staticmethod
+    def _call_once(operation: str, what: str, fn: Callable[[], T]) -> T:
+        try:
+            with api_exception_handler():
+                return fn()
+        except CAUGHT as exc:
+            raise translate_error(exc, operation, what) from exc
 
     def _paginate(
         self, operation: str, what: str, fn: Callable[..., Any], *args: Any, start: str = "", **kwargs: Any
@@ -373,8 +382,13 @@ class LakeFSClient:
         result = self._call(
             "merge",
             f"{source_ref!r} into {destination!r} in {repository!r}",
-            lambda: self._api.refs_api.merge_into_branch(
-                repository, source_ref, destination, merge=merge, _request_timeout=self._timeout
+            functools.partial(
+                self._api.refs_api.merge_into_branch,
+                repository,
+                source_ref,
+                destination,
+                merge=merge,
+                _request_timeout=self._timeout,
             ),
             idempotent=False,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import defaultdict
@@ -216,23 +217,6 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             )
             states.update((key, state_from_task_states(answer, key)) for key in dag_keys)
 
-        def has_uncommitted(branch: StagingBranch) -> bool:
-            # One page of one entry: "is anything uncommitted" costs one call whatever the branch holds.
-            try:
-                changes = client.diff_uncommitted(self.repository, branch.name, amount=1)
-                return next(iter(changes), None) is not None
-            except LakeFenceError as exc:
-                self.log.warning("could not read the uncommitted changes of %s (%s): kept", branch.name, exc)
-                return True
-
-        def run_evidence(key: PublicationKey) -> Collection[str] | None:
-            try:
-                value = airflow.evidence(key)
-            except Exception as exc:  # unknown: every branch that may be evidence is kept
-                self.log.warning("could not read the evidence XCom of %s (%s)", key, exc)
-                return None
-            return _evidence_names(value)
-
         max_age = None if self.max_age is None else self.max_age.total_seconds()
         decisions = plan_cleanup(
             branches,
@@ -242,8 +226,8 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             now=now,
             max_age=max_age,
             delete_evidence=self.delete_evidence,
-            has_uncommitted=has_uncommitted,
-            run_evidence=run_evidence,
+            has_uncommitted=functools.partial(self._has_uncommitted, client),
+            run_evidence=functools.partial(self._run_evidence, airflow),
         )
         deleted: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
@@ -268,6 +252,23 @@ class LakeFSStagingCleanupOperator(LakeFSHookMixin, BaseOperator):
             "dry_run": self.is_dry_run,
             FIRST_SEEN_KEY: {name: [head, seen] for name, (head, seen) in memory.items()},
         }
+
+    def _has_uncommitted(self, client: LakeFSClient, branch: StagingBranch) -> bool:
+        # One page of one entry: "is anything uncommitted" costs one call whatever the branch holds.
+        try:
+            changes = client.diff_uncommitted(self.repository, branch.name, amount=1)
+            return next(iter(changes), None) is not None
+        except LakeFenceError as exc:
+            self.log.warning("could not read the uncommitted changes of %s (%s): kept", branch.name, exc)
+            return True
+
+    def _run_evidence(self, airflow: AirflowView, key: PublicationKey) -> Collection[str] | None:
+        try:
+            value = airflow.evidence(key)
+        except Exception as exc:  # unknown: every branch that may be evidence is kept
+            self.log.warning("could not read the evidence XCom of %s (%s)", key, exc)
+            return None
+        return _evidence_names(value)
 
     def _inspect(self, client: LakeFSClient) -> list[StagingBranch]:
         prefix = self.staging_branch_prefix

@@ -9,6 +9,7 @@ A concrete adapter only says how to run its job (:meth:`FencedPublishOperatorBas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -96,10 +97,11 @@ class AirflowReporter:
     """The engine's :class:`~airflow_lakefence.core.records.reporting.Reporter` for a task: XCom pushes.
 
     :param context: the Airflow context (its task instance pushes).
-    :param published: what the operator does with the outcome (XCom, asset events, the log line).
+    :param published: what the operator does with the outcome (XCom, asset events, the log line),
+        told also whether this reporter pushed a staging branch.
     """
 
-    def __init__(self, context: Any, *, published: Callable[[PublishResult], None]) -> None:
+    def __init__(self, context: Any, *, published: Callable[..., None]) -> None:
         self._ti = context["ti"]
         self._published = published
         #: The staging branch, once it exists.
@@ -132,7 +134,7 @@ class AirflowReporter:
 
         :param result: what the attempt did.
         """
-        self._published(result)
+        self._published(result, staging_pushed=self.staging is not None)
 
 
 class FencedPublishOperatorBase(BaseOperator):
@@ -344,14 +346,9 @@ class FencedPublishOperatorBase(BaseOperator):
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
-        reporter = AirflowReporter(
-            context,
-            published=lambda outcome: self._report(context, outcome, staging_pushed=reporter.staging is not None),
-        )
+        reporter = AirflowReporter(context, published=functools.partial(self._report, context))
         try:
-            result = engine.run(
-                lambda locations: self.run_job(context, locations), reporter, durable=self.durable_jobs(context)
-            )
+            result = engine.run(functools.partial(self.run_job, context), reporter, durable=self.durable_jobs(context))
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,
             # and the link must not point at a branch that is gone.

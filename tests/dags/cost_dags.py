@@ -1,4 +1,4 @@
-"""DAGs of the cost-contract tests (tests/integration/test_cost_contract.py), run under ``dag.test()``.
+"""DAGs of the cost-contract tests (tests/integration/cost/test_cost_contract.py), run under ``dag.test()``.
 
 Like fenced_test_dags.py, everything per run comes from dag_run.conf (repository, target,
 input_ref, job) and the Spark engine is tests/fake_spark/spark-submit. Every fenced task also

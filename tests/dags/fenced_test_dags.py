@@ -56,7 +56,7 @@ with _dag("lf_test_budget") as budget_dag:
 with _dag("lf_test_retry", retries=1) as retry_dag:
     _fenced("publish", write_mode="workspace", allow_empty_workspace=True)
 
-#: A fixed repository: asset URIs cannot be templated (tests/integration/test_assets_links_lineage.py).
+#: A fixed repository: asset URIs cannot be templated (tests/integration/operators/test_fenced_spark_assets.py).
 ASSET_REPOSITORY = "lakefence-assets"
 OUT_ASSET = Asset(f"lakefs://{ASSET_REPOSITORY}/main/out/")
 with _dag("lf_test_assets", retries=1) as assets_dag:

@@ -1,4 +1,5 @@
-"""DAGs of the hard-fence operator tests (tests/hard_fence/test_operator_hard_fence.py) under ``dag.test()``.
+"""DAGs of the hard-fence operator tests under ``dag.test()``
+(tests/integration/operators/test_fenced_spark_hard_fence.py).
 
 conf keys: repository, target, input_ref, files ({path: text} the function writes). The DAG (failure
 capture, no retry delay, native rendering) comes from the shared factory, tests/dags/dag_factory.py.

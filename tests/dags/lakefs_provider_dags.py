@@ -1,5 +1,5 @@
 """A DAG written for airflow-provider-lakefs (the shape of treeverse's samples), moved to this package
-by a change of imports; run by tests/integration/test_lakefs_provider_operators.py.
+by a change of imports; run by tests/integration/operators/test_lakefs.py.
 
 conf keys: repository.
 """

@@ -1,4 +1,5 @@
-"""DAGs of the output-correctness tests (tests/integration/test_output_correctness.py), driven by dag_run.conf.
+"""DAGs of the output-correctness tests (tests/integration/operators/test_fenced_spark_output.py), driven
+by dag_run.conf.
 
 conf keys: repository, target, input_ref, job (the write_job spec, or the commit_job spec),
 output_prefixes; ``jobs`` (one spec per map index) for the mapped DAG.

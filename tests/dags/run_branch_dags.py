@@ -1,4 +1,4 @@
-"""DAGs of the run-branch tests (tests/integration/test_run_branch.py), driven by dag_run.conf.
+"""DAGs of the run-branch tests (tests/integration/operators/test_run_branch.py), driven by dag_run.conf.
 
 conf keys: repository, source (the run's input ref), target, files (what the run's task writes,
 ``{path: text}``), output_prefixes (the run's declared prefixes).

@@ -1,4 +1,4 @@
-"""DAGs of the scoped-fence tests (tests/integration/test_scoped_publish.py), run under ``dag.test()``.
+"""DAGs of the scoped-fence tests (tests/integration/core/test_engine_scoped.py), run under ``dag.test()``.
 
 Everything per run comes from ``dag_run.conf``: repository, target, input_ref, ``day`` (the date
 partition ``tables/t/date=<day>/`` the task writes, templated into ``output_prefixes``) and the job's

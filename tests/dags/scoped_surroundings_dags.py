@@ -1,4 +1,4 @@
-"""DAGs of tests/integration/test_scoped_surroundings.py: what surrounds a scoped publication.
+"""DAGs of tests/integration/operators/test_fenced_spark_scoped.py: what surrounds a scoped publication.
 
 The sensors judge the latest publication touching conf ``watch`` (a write prefix) on ``main``, of
 the publisher conf ``publisher_dag_id``; the publishers are those of scoped_dags.py, plus

@@ -6,7 +6,7 @@ the job's own log counts its runs. A try's death mid-job is played by an excepti
 ``mid_job`` failpoint (after the provider stored the job's id, while it waits for the job): the
 driver keeps running on the cluster, as when the worker is killed. What dag.test() cannot play
 (a SIGKILLed worker skips its ``finally`` blocks; a zombie's return) is proven at the engine level
-(tests/integration/test_adoption_engine.py).
+(tests/integration/core/test_engine_adoption.py).
 """
 
 from __future__ import annotations

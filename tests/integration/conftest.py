@@ -1,17 +1,24 @@
-"""Fixtures shared by the integration tests: the test DAG modules and a seeded repository."""
+"""Fixtures shared by the integration tests: the test DAG modules, a seeded repository, and for the hard
+fence a lakeFS that runs pre-merge hooks, the counting adapter and a fenced repository.
+
+The hard-fence tests need a lakeFS that runs actions (Lua pre-merge hooks). Both backends do: real
+lakeFS, and the local test server, which runs pre-merge Lua hooks with a real Lua interpreter
+(``lupa``, in the ``testing`` extra). Nothing is skipped on either backend: without ``lupa`` the
+local server fails such a merge with a message saying so.
+"""
 
 from __future__ import annotations
 
-import sys
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import lakefs
 import pytest
-from lakefs.exceptions import NotFoundException
 
+from airflow_lakefence.hardfence import install_hard_fence
+from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
 from tests.conftest import fresh_dag_module, load_dag_module
+from tests.integration.hard_fence_helpers import CountingClient
 from tests.integration.helpers import commit_files
 
 
@@ -53,26 +60,18 @@ def seeded(lakefence_repo: lakefs.Repository) -> tuple[lakefs.Repository, str]:
     return lakefence_repo, commit_files(lakefence_repo, "main", {"in/data.txt": "input"}, "seed input")
 
 
-def _forget_example_modules() -> None:
-    for name in [m for m in sys.modules if m.startswith("lakefence_dag_examples_")]:
-        del sys.modules[name]
+@pytest.fixture
+def adapter(lakefence_server: LakeFSServerInfo) -> CountingClient:
+    """The product's lakeFS adapter for the session's server, counting calls."""
+    return CountingClient(lakefence_server.url, lakefence_server.access_key_id, lakefence_server.secret_access_key)
 
 
 @pytest.fixture
-def example_repository(lakefence_client: lakefs.Client, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A repository name of the test's own for the example DAGs (``LAKEFENCE_EXAMPLE_REPOSITORY``, read
-    when an example module is imported: the examples are imported afresh), deleted after the test.
-
-    Not one ``example-repo`` deleted and created again by each test: lakeFS keeps a repository's record
-    in a cache for 5 to 7 s (``graveler.repository_cache``), so a repository created again under a name
-    just deleted is answered from the deleted one's record ("branch 'main' not found").
-    """
-    name = f"example-{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("LAKEFENCE_EXAMPLE_REPOSITORY", name)
-    _forget_example_modules()
-    yield name
-    _forget_example_modules()
-    try:
-        lakefs.Repository(name, client=lakefence_client).delete()
-    except NotFoundException:
-        pass
+def fenced_repo(lakefence_repo: lakefs.Repository, adapter: CountingClient) -> Iterator[lakefs.Repository]:
+    """A repository whose ``main`` carries the hard fence (and one data file)."""
+    main = lakefence_repo.branch("main")
+    main.object("data/seed.txt").upload(b"seed\n")
+    main.commit("seed")
+    install_hard_fence(adapter, lakefence_repo.id, "main")
+    adapter.calls.clear()
+    yield lakefence_repo

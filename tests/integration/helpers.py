@@ -68,6 +68,16 @@ def publications_on_top_of(repo: lakefs.Repository, input_commit: str) -> list[s
     raise AssertionError("input commit is not on main's history")
 
 
+def leave_branch_at(point: str, lakefence_controls: Any) -> None:
+    """The attempt dies at ``point`` and its staging-branch delete fails: the branch is left behind."""
+
+    def die() -> None:
+        lakefence_controls.add_fault("deleteBranch", status=500)
+        raise RuntimeError(f"worker died at {point}")
+
+    failpoints.arm(point, die)
+
+
 def die_after_publishing(
     repo: lakefs.Repository | None = None, *, times: int = 1, also: Callable[[], None] | None = None
 ) -> list[str]:

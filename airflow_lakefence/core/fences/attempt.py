@@ -66,7 +66,7 @@ class AttemptGuard:
     """The attempt fence, lost answers and the publish budget of one attempt.
 
     :param lakefs: the lakeFS port (to drop a stale attempt's staging branch).
-    :param fence: the attempt fence port.
+    :param attempt_fence: the attempt fence port.
     :param repository: the repository.
     :param log: where to log.
     :param clock: the monotonic clock the budget is measured with.
@@ -75,7 +75,7 @@ class AttemptGuard:
     """
 
     lakefs: LakeFSPort
-    fence: AttemptFencePort
+    attempt_fence: AttemptFencePort
     repository: str
     log: Log
     clock: Callable[[], float]
@@ -93,11 +93,11 @@ class AttemptGuard:
         :param staging: the attempt's staging branch (deleted when stale: it is worthless then).
         :raises StaleAttemptError: when stale (after the fence's grace period).
         """
-        reason = self.fence.stale_reason()
+        reason = self.attempt_fence.stale_reason()
         if reason is None:
             return
         self.delete_quietly(staging)
-        self.fence.fail(where, reason)
+        self.attempt_fence.fail(where, reason)
 
     @contextmanager
     def staging_may_vanish(self, where: str, staging: str) -> Iterator[None]:
@@ -136,7 +136,7 @@ class AttemptGuard:
         self,
         operation: str,
         write: Callable[[bool], T],
-        reread: Callable[[LakeFSUnavailableError], T | None],
+        reread: Callable[[LakeFSUnavailableError], T | None] | None = None,
         staging: str | None = None,
     ) -> T:
         """Do a lakeFS write whose answer may be lost, deciding from fresh state instead of repeating it.
@@ -145,7 +145,8 @@ class AttemptGuard:
         :param write: does the write (given whether an earlier round's answer was lost) and returns
             its outcome; it may read and decide again first.
         :param reread: after a lost answer, the outcome if the state proves the write landed, else
-            ``None`` to run another round; it may raise when the state rules out both.
+            ``None`` to run another round; it may raise when the state rules out both. Without it,
+            every lost answer runs another round (which itself reads the state first).
         :param staging: the attempt's staging branch: then every round after a lost answer first
             passes the attempt fence (the try may have been cleared meanwhile: never write for a stale try).
         :raises LakeFSUnavailableError: when no round's outcome could be confirmed.
@@ -159,7 +160,7 @@ class AttemptGuard:
             except LakeFSUnavailableError as exc:
                 last = exc
                 self.log.warning("lakeFS %s: outcome unknown (%s); re-reading the state", operation, exc)
-                landed = reread(exc)
+                landed = None if reread is None else reread(exc)
                 if landed is not None:
                     return landed
         assert last is not None

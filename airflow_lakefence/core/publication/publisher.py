@@ -25,6 +25,7 @@ Nothing here imports Airflow or lakeFS.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -86,7 +87,7 @@ class _Publishing(NamedTuple):
     staging: str
     input_commit: str
     staged: str
-    fence: HardFenceStatus
+    hard_fence: HardFenceStatus
     #: the target's HEAD the round decided on
     head: HeadState
     #: the publication's metadata, naming the head the merge expects
@@ -166,6 +167,46 @@ class Publisher:
 
     # -- steps 10 and 11 -------------------------------------------------------------------------
 
+    def record(self, attempt: AttemptId, input_commit: str, staged: CommitInfo) -> dict[str, str]:
+        """The publication's metadata: the user's, and this attempt's ``publish`` record.
+
+        :param attempt: this attempt.
+        :param input_commit: the input commit.
+        :param staged: the staged commit.
+        """
+        return {
+            **(self.request.commit_metadata or {}),
+            **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
+        }
+
+    def strategy(
+        self,
+        early_head: HeadState,
+        superseded: Mapping[str, Any] | None = None,
+        hard_fence: HardFenceStatus = NO_HARD_FENCE,
+    ) -> PublishStrategy:
+        """The strategy that decides on the target and acts: branch-wide, or scoped by prefixes.
+
+        :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+        :param superseded: the successful publication this attempt replaces, if any.
+        :param hard_fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
+        """
+        if self.request.scope is not None:
+            return ScopedPublish(
+                self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, hard_fence
+            )
+        return BranchPublish(
+            self.lakefs,
+            self.request,
+            self.guard,
+            self.log,
+            self.merging,
+            hard_fence,
+            self.job_name,
+            early_head,
+            superseded,
+        )
+
     def publish(
         self,
         attempt: AttemptId,
@@ -174,41 +215,24 @@ class Publisher:
         staged: CommitInfo,
         early_head: HeadState,
         superseded: Mapping[str, Any] | None = None,
-        fence: HardFenceStatus = NO_HARD_FENCE,
+        hard_fence: HardFenceStatus = NO_HARD_FENCE,
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act; return the decision and the output ref.
+
+        What :meth:`~airflow_lakefence.core.engine.PublishEngine.run` does in two calls
+        (:meth:`strategy`, then its ``publish``), in one, for callers outside the engine.
 
         :param attempt: this attempt.
         :param staging: its staging branch.
         :param input_commit: the input commit.
         :param staged: the staged commit.
-        :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
+        :param early_head: the target's HEAD read before the job.
         :param superseded: the successful publication this attempt replaces, if any.
-        :param fence: the hard fence's status (:meth:`check_hard_fence`, :meth:`note_written`).
+        :param hard_fence: the hard fence's status.
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
-        metadata = {
-            **(self.request.commit_metadata or {}),
-            **encode_metadata(LakeFenceRecord(attempt, ROLE_PUBLISH, input_commit, staged.id)),
-        }
-        strategy: PublishStrategy
-        if self.request.scope is not None:
-            strategy = ScopedPublish(
-                self.lakefs, self.request, self.request.scope, self.guard, self.log, self.merging, fence
-            )
-        else:
-            strategy = BranchPublish(
-                self.lakefs,
-                self.request,
-                self.guard,
-                self.log,
-                self.merging,
-                fence,
-                self.job_name,
-                early_head,
-                superseded,
-            )
-        return strategy.publish(attempt, staging, input_commit, staged, metadata)
+        strategy = self.strategy(early_head, superseded, hard_fence)
+        return strategy.publish(attempt, staging, input_commit, staged, self.record(attempt, input_commit, staged))
 
 
 class PublishStrategy(Protocol):
@@ -239,7 +263,7 @@ class BranchPublish:
     :param guard: the attempt's guard.
     :param log: where to log.
     :param merging: how merges into the target are sent and their refusals read.
-    :param fence: the hard fence's status, as the check before the job left it.
+    :param hard_fence: the hard fence's status, as the check before the job left it.
     :param job_name: how messages name the job.
     :param early_head: the target's HEAD read before the job (the hard fence acts on it at once).
     :param superseded: the successful publication this attempt replaces, if any.
@@ -250,7 +274,7 @@ class BranchPublish:
     guard: AttemptGuard
     log: Log
     merging: TargetMerge
-    fence: HardFenceStatus
+    hard_fence: HardFenceStatus
     job_name: str
     early_head: HeadState
     superseded: Mapping[str, Any] | None
@@ -259,45 +283,79 @@ class BranchPublish:
         self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
+        one_round = functools.partial(self._round, attempt, staging, input_commit, staged, record)
+        return self.guard.write_once("publish", one_round, staging=staging)
+
+    def _round(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        record: Mapping[str, str],
+        answer_lost: bool,
+    ) -> tuple[FenceDecision, str]:
+        """One publish round: decide on the target's HEAD and act.
+
+        Every round reads the target afresh: a write that landed although its answer was lost shows
+        up as this attempt's own publication (the idempotent row). With the hard fence a merge acts
+        at once on the head read before the job, and the target is read only when lakeFS refuses it
+        (the head moved: e.g. an earlier try's publication to replace).
+        """
         changed = staged.id != input_commit
+        refused: PublishRaceError | None = None
+        if self.hard_fence.relied_on and not answer_lost:
+            decision = decide_publish(self.early_head, input_commit, attempt, changed, staged.id)
+            optimistic = decision.action is Action.MERGE or (
+                decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
+            )
+            if optimistic:
+                try:
+                    return self._act(self.early_head, decision, attempt, staging, input_commit, staged.id, record)
+                except PublishRaceError as exc:
+                    # Refused by the fence, or a conflict with what moved the head: nothing landed.
+                    if not self.merging.nothing_landed(exc):
+                        raise
+                    self.log.info("%s: reading the target to decide again", exc)
+                    refused = exc
+        head = read_target_head(self.lakefs, self.request)
+        decision = decide_publish(head, input_commit, attempt, changed, staged.id)
+        if refused is not None and decision.action is Action.FAIL_CLOSED:
+            # The fence lost the race to a writer the table cannot explain: say both.
+            raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
+        return self._act(head, decision, attempt, staging, input_commit, staged.id, record)
 
-        def act_on(head: HeadState, decision: FenceDecision) -> tuple[FenceDecision, str]:
-            decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
-            failpoints.hit("after_publish_read")
-            self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
-            # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
-            metadata = {**record, **expected_head_metadata(head.commit_id)}
-            pub = _Publishing(attempt, staging, input_commit, staged.id, self.fence, head, metadata)
-            return decision, self._act(decision, pub)
-
-        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
-            # Every round reads the target afresh: a write that landed although its answer was lost
-            # shows up as this attempt's own publication (the idempotent row). With the hard fence a
-            # merge acts at once on the head read before the job, and the target is read only when
-            # lakeFS refuses it (the head moved: e.g. an earlier try's publication to replace).
-            refused: PublishRaceError | None = None
-            if self.fence.relied_on and not answer_lost:
-                decision = decide_publish(self.early_head, input_commit, attempt, changed, staged.id)
-                optimistic = decision.action is Action.MERGE or (
-                    decision.action not in (Action.NOOP, Action.FAIL_CLOSED) and self.request.replace_by_merge
-                )
-                if optimistic:
-                    try:
-                        return act_on(self.early_head, decision)
-                    except PublishRaceError as exc:
-                        # Refused by the fence, or a conflict with what moved the head: nothing landed.
-                        if not self.merging.nothing_landed(exc):
-                            raise
-                        self.log.info("%s: reading the target to decide again", exc)
-                        refused = exc
-            head = read_target_head(self.lakefs, self.request)
-            decision = decide_publish(head, input_commit, attempt, changed, staged.id)
-            if refused is not None and decision.action is Action.FAIL_CLOSED:
-                # The fence lost the race to a writer the table cannot explain: say both.
-                raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
-            return act_on(head, decision)
-
-        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
+    def _act(
+        self,
+        head: HeadState,
+        decision: FenceDecision,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: str,
+        record: Mapping[str, str],
+    ) -> tuple[FenceDecision, str]:
+        """Act on the decision taken on ``head``; return it (with its reason for the log) and the output ref."""
+        decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
+        failpoints.hit("after_publish_read")
+        self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
+        # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
+        metadata = {**record, **expected_head_metadata(head.commit_id)}
+        pub = _Publishing(attempt, staging, input_commit, staged, self.hard_fence, head, metadata)
+        if decision.action is Action.FAIL_CLOSED:
+            raise PublishFenceError(decision.reason, staging_branch=staging)
+        if decision.action is Action.MERGE:
+            return decision, self._merge(pub)
+        if decision.action in (Action.REPLACE, Action.RELOCATE):
+            assert decision.output_ref is not None
+            if self.request.replace_by_merge:
+                return decision, self._replace_by_merge(pub)
+            return decision, self._reset(decision.output_ref, pub)
+        if decision.action is Action.IDEMPOTENT:
+            # A previous round's write landed although its answer was lost.
+            assert decision.output_ref is not None
+            return decision, decision.output_ref
+        return decision, input_commit  # NOOP
 
     def _explain(
         self,
@@ -336,31 +394,15 @@ class BranchPublish:
             )
         return decision
 
-    def _act(self, decision: FenceDecision, pub: _Publishing) -> str:
-        if decision.action is Action.FAIL_CLOSED:
-            raise PublishFenceError(decision.reason, staging_branch=pub.staging)
-        if decision.action is Action.MERGE:
-            return self._merge(pub)
-        if decision.action in (Action.REPLACE, Action.RELOCATE):
-            assert decision.output_ref is not None
-            if self.request.replace_by_merge:
-                return self._replace_by_merge(pub)
-            return self._reset(decision.output_ref, pub)
-        if decision.action is Action.IDEMPOTENT:
-            # A previous round's write landed although its answer was lost.
-            assert decision.output_ref is not None
-            return decision.output_ref
-        return pub.input_commit  # NOOP
-
     def _merge(self, pub: _Publishing) -> str:
-        attempt, staging, input_commit, staged, fence, head, metadata = pub
-        if fence.intact and fence.version is not None:
+        attempt, staging, input_commit, staged, hard_fence, head, metadata = pub
+        if hard_fence.intact and hard_fence.version is not None:
             # The publication's tree keeps the input's action file: the next attempt that builds on
             # it learns the fence from its metadata, without reading the file.
-            metadata = {**metadata, **fence_vouch_metadata(fence.version)}
+            metadata = {**metadata, **fence_vouch_metadata(hard_fence.version)}
         merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
         failpoints.hit("after_publish_action")
-        if not fence.intact:  # else lakeFS checked the first parent before the branch moved
+        if not hard_fence.intact:  # else lakeFS checked the first parent before the branch moved
             self._check_first_parent(merge_ref, input_commit, "the input", staging)
         return merge_ref
 
@@ -397,7 +439,7 @@ class BranchPublish:
         return output_ref
 
     def _replace_by_merge(self, pub: _Publishing) -> str:
-        attempt, staging, input_commit, staged, fence, head, metadata = pub
+        attempt, staging, input_commit, staged, hard_fence, head, metadata = pub
         try:
             outcome = replace_by_merge(
                 self.lakefs,
@@ -415,6 +457,6 @@ class BranchPublish:
         except LakeFSHookRejectedError as exc:
             raise self.merging.rejection(exc, head, staging) from exc
         failpoints.hit("after_publish_action")
-        if outcome.calls and not fence.intact:
+        if outcome.calls and not hard_fence.intact:
             self._check_first_parent(outcome.output_ref, head.commit_id, "the replaced publication", staging)
         return outcome.output_ref

@@ -22,6 +22,7 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ class ScopedPublish:
     :param guard: the attempt's guard (the attempt fence between rounds, lost answers).
     :param log: where to log.
     :param merging: how merges into the target are sent and their refusals read.
-    :param fence: the hard fence's status, as the check before the job left it.
+    :param hard_fence: the hard fence's status, as the check before the job left it.
     """
 
     lakefs: LakeFSPort
@@ -103,7 +104,7 @@ class ScopedPublish:
     guard: AttemptGuard
     log: Log
     merging: TargetMerge
-    fence: HardFenceStatus = NO_HARD_FENCE
+    hard_fence: HardFenceStatus = NO_HARD_FENCE
     repo: str = field(init=False)
     target: str = field(init=False)
 
@@ -116,35 +117,44 @@ class ScopedPublish:
     ) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD within the scope and act (see
         :class:`~airflow_lakefence.core.publication.publisher.PublishStrategy`)."""
+        one_round = functools.partial(self._round, attempt, staging, input_commit, staged, record)
+        return self.guard.write_once("publish", one_round, staging=staging)
+
+    def _round(
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        staged: CommitInfo,
+        record: Mapping[str, str],
+        answer_lost: bool,
+    ) -> tuple[FenceDecision, str]:
+        """One publish round within the scope: after a lost answer, first whether the merge landed."""
         changed = staged.id != input_commit
-
-        def publish_round(answer_lost: bool) -> tuple[FenceDecision, str]:
-            if answer_lost:
-                landed = self._landed(attempt, input_commit)
-                if landed is not None:
-                    # The merge landed although its answer was lost: verify it as any merge, report it.
-                    if not self.fence.intact:
-                        base = landed.metadata.get(EXPECTED_HEAD_KEY) or input_commit
-                        self._verify(landed, base, base, staged.id, staging)
-                    reason = "this attempt's merge landed although its answer was lost"
-                    return self._done(Action.IDEMPOTENT, reason, landed.id)
-            if self.fence.relied_on and changed and not answer_lost:
-                # lakeFS checks the scope since the input inside the merge: no read before it.
-                try:
-                    output = self._merge(
-                        attempt, staging, staged.id, input_commit, record, probed=None, staged=staged.id
-                    )
-                    return self._done(Action.MERGE, "lakeFS's hard fence found the scope untouched", output)
-                except PublishFenceError as exc:
-                    # Refused by the fence (the scope changed since the input, e.g. an earlier try of
-                    # this key published) or a conflict: nothing landed. Read and decide.
-                    if not self.merging.nothing_landed(exc):
-                        raise
-                    self.log.info("%s: reading the target to decide again", exc)
-            head = read_target_head(self.lakefs, self.request)
-            return self._decide_and_act(head, attempt, staging, input_commit, staged, record, changed)
-
-        return self.guard.write_once("publish", publish_round, lambda _exc: None, staging)
+        if answer_lost:
+            landed = self._landed(attempt, input_commit)
+            if landed is not None:
+                # The merge landed although its answer was lost: verify it as any merge, report it.
+                if not self.hard_fence.intact:
+                    base = landed.metadata.get(EXPECTED_HEAD_KEY) or input_commit
+                    self._verify(landed, base, base, staged.id, staging)
+                reason = "this attempt's merge landed although its answer was lost"
+                return self._done(Action.IDEMPOTENT, reason, landed.id)
+        if self.hard_fence.relied_on and changed and not answer_lost:
+            # lakeFS checks the scope since the input inside the merge: no read before it.
+            try:
+                output = self._merge(
+                    attempt, staging, staged.id, input_commit, record, probed=None, staged=staged.id
+                )
+                return self._done(Action.MERGE, "lakeFS's hard fence found the scope untouched", output)
+            except PublishFenceError as exc:
+                # Refused by the fence (the scope changed since the input, e.g. an earlier try of
+                # this key published) or a conflict: nothing landed. Read and decide.
+                if not self.merging.nothing_landed(exc):
+                    raise
+                self.log.info("%s: reading the target to decide again", exc)
+        head = read_target_head(self.lakefs, self.request)
+        return self._decide_and_act(head, attempt, staging, input_commit, staged, record, changed)
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -262,7 +272,7 @@ class ScopedPublish:
         head = HeadState(probed or base)
         merge_ref = self.merging.send(attempt, staging, source, metadata, head, allow_empty=allow_empty)
         failpoints.hit("after_publish_action")
-        if not self.fence.intact:
+        if not self.hard_fence.intact:
             self._verify(self.lakefs.get_commit(self.repo, merge_ref), base, probed or base, staged, staging)
         return merge_ref
 

@@ -42,7 +42,7 @@ Nothing here imports Airflow or lakeFS.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
@@ -228,41 +228,86 @@ def plan_cleanup(
         task instance with a branch that may be evidence; ``None``: always unknown.
     :return: one decision per branch, in the order given.
     """
-    newest: dict[str, int] = {}
-    for branch in branches:
-        newest[branch.info.key_hash] = max(newest.get(branch.info.key_hash, 0), branch.info.try_number)
-    dirty: dict[str, bool] = {}
-    reported: dict[PublicationKey, Collection[str] | None] = {}
+    plan = CleanupPlan(branches, keys, states, first_seen, now, max_age, delete_evidence, has_uncommitted, run_evidence)
+    return [plan.decision(branch) for branch in branches]
 
-    def unstaged_with_changes(branch: StagingBranch) -> bool:
-        if branch.name not in dirty:
-            dirty[branch.name] = True if has_uncommitted is None else has_uncommitted(branch)
-        return dirty[branch.name]
 
-    def may_be_evidence(branch: StagingBranch) -> str | None:
+@dataclass
+class CleanupPlan:
+    """The cleaner's rules over one inspection (the arguments of :func:`plan_cleanup`), asking lakeFS
+    and Airflow at most once per branch and per key."""
+
+    branches: Sequence[StagingBranch]
+    keys: Mapping[str, PublicationKey]
+    states: Mapping[PublicationKey, str | None]
+    first_seen: Mapping[str, tuple[str, float]]
+    now: float
+    max_age: float | None = None
+    delete_evidence: bool = False
+    has_uncommitted: Callable[[StagingBranch], bool] | None = None
+    run_evidence: Callable[[PublicationKey], Collection[str] | None] | None = None
+    #: key hash -> the newest try number among the branches
+    newest: dict[str, int] = field(init=False, default_factory=dict)
+    _dirty: dict[str, bool] = field(init=False, default_factory=dict)
+    _reported: dict[PublicationKey, Collection[str] | None] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for branch in self.branches:
+            self.newest[branch.info.key_hash] = max(self.newest.get(branch.info.key_hash, 0), branch.info.try_number)
+
+    def decision(self, branch: StagingBranch) -> CleanupDecision:
+        """The decision about one branch."""
+        delete, reason, key = self.decide(branch)
+        if branch.temporary:
+            reason = f"merge-only temporary branch: {reason}"
+        return CleanupDecision(
+            branch.name,
+            delete,
+            reason,
+            key,
+            branch.info.try_number,
+            branch.evidence,
+            branch.head,
+            branch.output_prefixes,
+        )
+
+    def unstaged_with_changes(self, branch: StagingBranch) -> bool:
+        """Whether an unstaged branch holds uncommitted changes (asked of lakeFS once per branch)."""
+        if branch.name not in self._dirty:
+            self._dirty[branch.name] = True if self.has_uncommitted is None else self.has_uncommitted(branch)
+        return self._dirty[branch.name]
+
+    def may_be_evidence(self, branch: StagingBranch) -> str | None:
         """What makes the branch look like evidence whose marker could not be written, if anything."""
-        if delete_evidence or branch.temporary or branch.evidence is not None:
+        if self.delete_evidence or branch.temporary or branch.evidence is not None:
             return None
         if branch.record is not None:
             return "staged but not marked"
-        return "unstaged with uncommitted changes, not marked" if unstaged_with_changes(branch) else None
+        return "unstaged with uncommitted changes, not marked" if self.unstaged_with_changes(branch) else None
 
-    def recorded_by_last_try(key: PublicationKey) -> Collection[str] | None:
-        if key not in reported:
-            reported[key] = None if run_evidence is None else run_evidence(key)
-        return reported[key]
+    def recorded_by_last_try(self, key: PublicationKey) -> Collection[str] | None:
+        """The evidence branches the key's last try reported (asked of Airflow once per key)."""
+        if key not in self._reported:
+            self._reported[key] = None if self.run_evidence is None else self.run_evidence(key)
+        return self._reported[key]
 
-    def decide(branch: StagingBranch) -> tuple[bool, str, PublicationKey | None]:
-        key = branch.record.attempt.key if branch.record is not None else keys.get(branch.info.key_hash)
-        if branch.evidence is not None and not delete_evidence:
+    def decide(self, branch: StagingBranch) -> tuple[bool, str, PublicationKey | None]:
+        """Whether to delete ``branch``, why, and the publication key it belongs to (if known)."""
+        key = branch.record.attempt.key if branch.record is not None else self.keys.get(branch.info.key_hash)
+        if branch.evidence is not None and not self.delete_evidence:
             return False, f"kept as evidence of {branch.evidence}", key
-        newer = newest[branch.info.key_hash]
-        if newer > branch.info.try_number and not may_be_evidence(branch):
+        newer = self.newest[branch.info.key_hash]
+        if newer > branch.info.try_number and not self.may_be_evidence(branch):
             return True, f"try {newer} of the same task instance exists", key
         if key is None:
-            seen = first_seen.get(branch.name)
-            if max_age is not None and seen is not None and seen[0] == branch.head and now - seen[1] >= max_age:
-                looks = may_be_evidence(branch)
+            seen = self.first_seen.get(branch.name)
+            if (
+                self.max_age is not None
+                and seen is not None
+                and seen[0] == branch.head
+                and self.now - seen[1] >= self.max_age
+            ):
+                looks = self.may_be_evidence(branch)
                 if looks:
                     return (
                         False,
@@ -272,23 +317,23 @@ def plan_cleanup(
                     )
                 return (
                     True,
-                    f"attempt unidentified and unchanged for {now - seen[1]:.0f}s (max_age {max_age:.0f}s)",
+                    f"attempt unidentified and unchanged for {self.now - seen[1]:.0f}s (max_age {self.max_age:.0f}s)",
                     key,
                 )
             return False, "attempt cannot be identified (unstaged; pass its publisher, or set max_age)", key
-        if key not in states:
+        if key not in self.states:
             return False, "its task instance's state was not looked up", key
-        state = states[key]
+        state = self.states[key]
         if state in LIVE_STATES:
             return False, f"its task instance is {state}: the attempt may be live", key
         if state is not None and state not in DEAD_STATES:
             return False, f"its task instance is in state {state!r}, unknown here: treated as alive", key
         dead = "its task instance no longer exists" if state is None else f"its task instance is {state}"
-        looks = may_be_evidence(branch)
+        looks = self.may_be_evidence(branch)
         if not looks:
             return True, dead if state is None else f"{dead}: no try of it is running", key
         if state == SUCCESS:
-            recorded = recorded_by_last_try(key)
+            recorded = self.recorded_by_last_try(key)
             if recorded is not None and branch.name not in recorded:
                 return True, f"{looks}, but {dead} and its last try recorded no such evidence: a leftover", key
             if recorded is not None:
@@ -311,25 +356,6 @@ def plan_cleanup(
             "written (delete_evidence=True deletes it)",
             key,
         )
-
-    decisions = []
-    for branch in branches:
-        delete, reason, key = decide(branch)
-        if branch.temporary:
-            reason = f"merge-only temporary branch: {reason}"
-        decisions.append(
-            CleanupDecision(
-                branch.name,
-                delete,
-                reason,
-                key,
-                branch.info.try_number,
-                branch.evidence,
-                branch.head,
-                branch.output_prefixes,
-            )
-        )
-    return decisions
 
 
 def remember(

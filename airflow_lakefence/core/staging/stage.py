@@ -64,7 +64,7 @@ class StagingArea:
     :param lakefs: the lakeFS port.
     :param request: the validated request.
     :param guard: the attempt's guard (lost answers, staleness).
-    :param fence: the attempt fence (was the job killed?).
+    :param attempt_fence: the attempt fence (was the job killed?).
     :param log: where to log.
     :param clock: the monotonic clock (upload timing).
     :param job_name: how messages name the job.
@@ -74,7 +74,7 @@ class StagingArea:
     lakefs: LakeFSPort
     request: PublishRequest
     guard: AttemptGuard
-    fence: AttemptFencePort
+    attempt_fence: AttemptFencePort
     log: Log
     clock: Callable[[], float]
     job_name: str
@@ -131,7 +131,7 @@ class StagingArea:
         except LakeFenceError:
             raise
         except Exception as exc:
-            if self.fence.was_killed():
+            if self.attempt_fence.was_killed():
                 raise StaleAttemptError(f"the {self.job_name} was killed (on_kill): nothing is staged") from exc
             raise self.job_error(f"{self.job_name[:1].upper()}{self.job_name[1:]} failed: {exc}") from exc
 
