@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import lakefs
 
+    from airflow_lakefence.lakefs_adapter.client import LakeFSClient
     from tests.durable.cluster import job_runs, running_cluster, spark_connection
     from tests.durable.stack_scenario import DAG_FILE, DAG_IDS, STACK_CONFIG, run_with_a_dead_worker
     from tests.stack.harness import AirflowStack
@@ -94,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
                 for label, dag_id, repository in MODES:
                     conf = seed(repository, args.job_seconds, home / f"{dag_id}.runs.log")
                     outcome = run_with_a_dead_worker(
-                        stack, cluster, dag_id, conf, kill_after=args.job_seconds * args.kill_at, timeout=900
+                        stack,
+                        cluster,
+                        dag_id,
+                        conf,
+                        kill_after=args.job_seconds * args.kill_at,
+                        lakefs_client=LakeFSClient(server.url, server.access_key_id, server.secret_access_key),
+                        timeout=900,
                     )
                     # Every job the run started ends on its own (an orphaned one included) before it is counted.
                     deadline = time.monotonic() + args.job_seconds * 2

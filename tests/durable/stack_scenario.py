@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 
+from airflow_lakefence.core.names.keys import PublicationKey
+from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state
 from tests.durable.cluster import DurableCluster, job_runs
 
 HERE = Path(__file__).resolve().parent
@@ -94,6 +96,7 @@ def run_with_a_dead_worker(
     conf: dict[str, Any],
     *,
     kill_after: float,
+    lakefs_client: Any,
     freeze: bool = False,
     after_kill: Callable[[dict[str, Any]], None] | None = None,
     timeout: float = 300,
@@ -101,7 +104,10 @@ def run_with_a_dead_worker(
     """Trigger ``dag_id``, kill the worker ``kill_after`` seconds into the job, wait for the run's end.
 
     :param conf: the run's conf (repository, input_ref, jar, seconds, runs_log...).
-    :param kill_after: seconds after the job's start (its own log) to kill at.
+    :param kill_after: seconds after the job's start (its own log) to kill at, and not before the
+        try recorded its job (a kill inside the submission itself is the crash window the protocol
+        answers with a new job: not what is measured here).
+    :param lakefs_client: a :class:`~airflow_lakefence.lakefs_adapter.client.LakeFSClient` (reads the run state).
     :param freeze: SIGSTOP the worker instead (a zombie): :func:`thaw` it later.
     :param after_kill: called with the run's ids right after the kill (e.g. to thaw a zombie).
     """
@@ -117,6 +123,11 @@ def run_with_a_dead_worker(
             raise TimeoutError("the job did not start")
         time.sleep(0.2)
     job_start = next(at for event, at in job_runs(runs_log) if event == "start")
+    key = PublicationKey(dag_id, run_id, "publish")
+    while not any(k.startswith("job/") for k in read_run_state(lakefs_client, conf["repository"], key)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the try did not record its job")
+        time.sleep(0.2)
     time.sleep(max(0.0, job_start + kill_after - time.time()))
     procs = worker_processes(stack, ti["id"])
     for proc in procs:

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.core.staging.adoption import ADOPTED_BY_KEY, ADOPTED_FROM_KEY, ADOPTED_JOB_KEY
+from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from tests.durable.cluster import DurableCluster, spark_connection
 from tests.durable.stack_scenario import DAG_FILE, DAG_IDS, STACK_CONFIG, run_with_a_dead_worker, thaw
 from tests.integration.helpers import read_text, staging_branches
@@ -38,6 +39,10 @@ def durable_stack(lakefence_server: Any, durable_cluster: DurableCluster) -> Ite
         for dag_id in DAG_IDS:
             running.api.unpause(dag_id)
         yield running
+
+
+def _client(server: Any) -> LakeFSClient:
+    return LakeFSClient(server.endpoint, server.access_key_id, server.secret_access_key)
 
 
 def _conf(repo: lakefs.Repository, cluster: DurableCluster, tmp_path: Path, seconds: float) -> dict[str, Any]:
@@ -66,10 +71,16 @@ def _assert_published_once_by_try_2(repo: lakefs.Repository, conf: dict[str, Any
 
 
 def test_the_worker_killed_mid_job_the_retry_adopts_the_job(
-    durable_stack: AirflowStack, durable_cluster: DurableCluster, lakefence_repo: lakefs.Repository, tmp_path: Path
+    durable_stack: AirflowStack,
+    durable_cluster: DurableCluster,
+    lakefence_repo: lakefs.Repository,
+    lakefence_server: Any,
+    tmp_path: Path,
 ) -> None:
     conf = _conf(lakefence_repo, durable_cluster, tmp_path, seconds=30)
-    outcome = run_with_a_dead_worker(durable_stack, durable_cluster, "lf_durable", conf, kill_after=4)
+    outcome = run_with_a_dead_worker(
+        durable_stack, durable_cluster, "lf_durable", conf, kill_after=4, lakefs_client=_client(lakefence_server)
+    )
     assert outcome.state == "success" and outcome.tries == 2, outcome
     assert len(outcome.drivers) == 1 and outcome.drivers[0][1] == "FINISHED", outcome.drivers  # one submission
     assert [event for event, _ in outcome.runs] == ["start", "done"]
@@ -80,10 +91,16 @@ def test_the_worker_killed_mid_job_the_retry_adopts_the_job(
 
 
 def test_a_job_that_finished_before_the_retry_is_published_without_a_second_job(
-    durable_stack: AirflowStack, durable_cluster: DurableCluster, lakefence_repo: lakefs.Repository, tmp_path: Path
+    durable_stack: AirflowStack,
+    durable_cluster: DurableCluster,
+    lakefence_repo: lakefs.Repository,
+    lakefence_server: Any,
+    tmp_path: Path,
 ) -> None:
     conf = _conf(lakefence_repo, durable_cluster, tmp_path, seconds=3)
-    outcome = run_with_a_dead_worker(durable_stack, durable_cluster, "lf_durable", conf, kill_after=1)
+    outcome = run_with_a_dead_worker(
+        durable_stack, durable_cluster, "lf_durable", conf, kill_after=1, lakefs_client=_client(lakefence_server)
+    )
     assert outcome.state == "success" and outcome.tries == 2, outcome
     assert len(outcome.drivers) == 1, outcome.drivers
     assert [event for event, _ in outcome.runs] == ["start", "done"]
@@ -96,7 +113,11 @@ def test_a_job_that_finished_before_the_retry_is_published_without_a_second_job(
 
 
 def test_a_frozen_worker_that_comes_back_after_the_adoption_publishes_nothing_and_kills_nothing(
-    durable_stack: AirflowStack, durable_cluster: DurableCluster, lakefence_repo: lakefs.Repository, tmp_path: Path
+    durable_stack: AirflowStack,
+    durable_cluster: DurableCluster,
+    lakefence_repo: lakefs.Repository,
+    lakefence_server: Any,
+    tmp_path: Path,
 ) -> None:
     conf = _conf(lakefence_repo, durable_cluster, tmp_path, seconds=30)
     api = durable_stack.api
@@ -118,6 +139,7 @@ def test_a_frozen_worker_that_comes_back_after_the_adoption_publishes_nothing_an
         conf,
         kill_after=3,
         freeze=True,
+        lakefs_client=_client(lakefence_server),
         after_kill=come_back_after_the_adoption,
     )
     assert outcome.state == "success" and outcome.tries == 2, outcome
