@@ -114,10 +114,10 @@ class SparkDurableJobs:
     def submit_fresh(self, submitted: Callable[[str], None]) -> None:
         """Drop the stored id, so the provider submits a new job; ``submitted`` gets its id.
 
-        :param submitted: called with the new job's id before the provider stores it.
+        :param submitted: called with the new job's id once the provider stored it, before the wait.
         """
         self._store.delete(self._operator.external_id_key)
-        self._operator._adopted_job = None
+        self._operator._adopted_job = self._operator._submitted_job = None
         self._operator._on_submitted = submitted
 
 
@@ -199,6 +199,7 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         self._attempt_locations: AttemptLocations | None = None
         self._adopted_job: str | None = None
         self._on_submitted: Callable[[str], None] | None = None
+        self._submitted_job: str | None = None
         self._job_branch: str | None = None
         super().__init__(**kwargs)
         # Fail at parse time, not in the worker, when the arguments can never work.
@@ -270,7 +271,7 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
         return SparkDurableJobs(self, context) if resumable else None
 
     def submit_job(self, context: Any) -> str | None:
-        """The provider's submission, refused while adopting; the new id is recorded before it is stored.
+        """The provider's submission, refused while adopting.
 
         :param context: the Airflow context.
         :raises SparkJobError: when the adopted job stopped before the provider reconnected (a new
@@ -282,16 +283,21 @@ class FencedSparkPublishOperator(FencedPublishOperatorBase, SparkSubmitOperator)
                 "a new job into its staging branch (the next try runs a new job)"
             )
         job_id = super().submit_job(context)
-        if job_id is not None and self._on_submitted is not None:
-            self._on_submitted(str(job_id))
+        self._submitted_job = None if job_id is None else str(job_id)
         return job_id
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
-        """The provider's wait for the job (after it stored the job's id).
+        """The provider's wait for the job; a job this try submitted is recorded first.
+
+        The provider has stored the job's id by now (it does before it waits): the record written
+        here therefore always names the id a retry's reconnect finds.
 
         :param external_id: the job's id.
         :param context: the Airflow context.
         """
+        if self._on_submitted is not None and self._submitted_job == str(external_id):
+            self._on_submitted(self._submitted_job)
+            self._on_submitted = None
         failpoints.hit("mid_job")
         super().poll_until_complete(external_id, context)
 

@@ -328,6 +328,6 @@ class DurableJobPort(Protocol):
         ...
 
     def submit_fresh(self, submitted: Callable[[str], None]) -> None:
-        """Make the next job run submit a new job; call ``submitted(job_id)`` as soon as it has an id,
-        before the job is waited for."""
+        """Make the next job run submit a new job; call ``submitted(job_id)`` once the job system's
+        durable store holds the id, before the job is waited for."""
         ...
