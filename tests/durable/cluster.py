@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,7 @@ def running_cluster(access_key_id: str, secret_access_key: str) -> Iterator[Dura
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def spark_connection(cluster: DurableCluster) -> dict[str, Any]:
