@@ -4,7 +4,7 @@ Every benchmark takes ``--lakefs-backend local|real`` (:func:`add_backend_argume
 :func:`lakefs_process`): the project's local lakeFS server (which adds the injected latency
 itself), or real lakeFS (built from tests/real_lakefs, its KV store on PostgreSQL by default:
 ``--real-kv``) behind the project's fault-injecting proxy
-(:mod:`airflow_lakefence.testing.proxy`) in a process of its own, which adds the latency and counts
+(:mod:`lakefence_testing.proxy`) in a process of its own, which adds the latency and counts
 the calls. Either way the benchmark talks to a URL with the same ``/_lakefence/`` controls.
 
 Not a benchmark itself. The benchmarks are commands (``python benchmarks/<name>.py``) that print
@@ -51,7 +51,7 @@ class ServerProcess:
     @property
     def controls(self) -> Any:
         """The server's test controls over HTTP."""
-        from airflow_lakefence.testing.lakefs_server import RemoteControls
+        from lakefence_testing.controls import RemoteControls
 
         return RemoteControls(self.url)
 
@@ -64,7 +64,7 @@ class ServerProcess:
 
 @contextmanager
 def server_process(data_dir: Path, latency: float = 0.0) -> Iterator[ServerProcess]:
-    """Run ``python -m airflow_lakefence.testing.lakefs_server`` until the block ends.
+    """Run ``python -m lakefence_testing.lakefs_server`` until the block ends.
 
     :param data_dir: the server's data directory.
     :param latency: seconds added to every API request.
@@ -77,7 +77,7 @@ def server_process(data_dir: Path, latency: float = 0.0) -> Iterator[ServerProce
         [
             sys.executable,
             "-m",
-            "airflow_lakefence.testing.lakefs_server",
+            "lakefence_testing.lakefs_server",
             "--data-dir",
             str(data_dir),
             "--access-key-id",
@@ -143,7 +143,7 @@ def lakefs_process(backend: str, data_dir: Path, real_kv: str = "postgres") -> I
     real = RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="WARN", kv=real_kv)
     with real:
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "airflow_lakefence.testing.proxy", real.url],
+            [sys.executable, "-m", "lakefence_testing.proxy", real.url],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -12,7 +12,7 @@ file into its date's partition. Three backfills in one run, each into a reposito
   write set ``tables/daily/date={{ ds }}/``, no pool, no ``depends_on_past``; the backfill's
   ``max_active_runs`` is 4 or 8.
 
-The stack is the real-scheduler tier's (tests/stack/harness.py): api-server, scheduler with the
+The stack is the real-scheduler tier's (tests/stack/airflow_stack.py): api-server, scheduler with the
 LocalExecutor, dag-processor and triggerer, Airflow's metadata database on a throw-away PostgreSQL;
 the backfills are created through Airflow's backfill API (``POST /api/v2/backfills``). lakeFS is
 real lakeFS (its KV store on PostgreSQL unless ``--real-kv local``) behind the project's proxy,
@@ -120,7 +120,7 @@ def max_overlap(windows: Sequence[tuple[float, float]]) -> int:
 
 def run_backfill(stack: Any, server: Any, dag_id: str, width: int, job_seconds: float, signals: Path) -> dict[str, Any]:
     """One backfill of the 16 dates; return its figures."""
-    from tests.stack.harness import wait_for
+    from tests.stack.airflow_stack import wait_for
 
     api = stack.api
     signals.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import lakefs
 
-    from tests.stack.harness import AirflowStack
+    from tests.stack.airflow_stack import AirflowStack
     from tests.stack.tier import create_repositories, lakefs_connection, running_stack
 
     home = temp_home("lakefence-backfill-bench-")

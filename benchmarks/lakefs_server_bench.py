@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import lakefs
 
-from airflow_lakefence.testing.lakefs_server import LakeFSServer
+from lakefence_testing.lakefs_server import LakeFSServer
 
 
 def _rate(iterations: int, prepare: Callable[[int], None], call: Callable[[int], object]) -> float:

@@ -146,7 +146,7 @@ def _seed(repo: Any, rows: int, files: int) -> str:
 
 def _count_gateway_requests() -> None:
     """Make the proxy count S3 gateway requests too, as ``s3:<METHOD>`` (it counts API calls only)."""
-    from airflow_lakefence.testing import proxy
+    from lakefence_testing import proxy
 
     api_operation = proxy.operation_of
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from _common import load_module, machine, median, print_table, setup_airflow, temp_home
 
-    from airflow_lakefence.testing.proxy import FaultProxy
+    from lakefence_testing.proxy import FaultProxy
 
     home = temp_home("lakefence-s3a-bench-").resolve()
     atexit.register(shutil.rmtree, home, True)

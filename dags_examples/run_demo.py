@@ -173,7 +173,7 @@ def serve_ui(home: Path, rows: int, port: int) -> int:
 
     import lakefs
 
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+    from lakefence_testing.lakefs_server import LakeFSServer
 
     secret = secrets.token_urlsafe(24)
     with LakeFSServer(home / "lakefs", host=LOOPBACK, access_key_id=ACCESS_KEY_ID, secret_access_key=secret) as server:
@@ -375,7 +375,7 @@ def run_once(home: Path, rows: int) -> int:
 
     import lakefs
 
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+    from lakefence_testing.lakefs_server import LakeFSServer
 
     log = home / "demo.log"
     secret = secrets.token_urlsafe(24)

@@ -2,7 +2,7 @@
 
 Airflow reads its configuration at import time, so the environment is set here, before any test
 module imports it. The lakeFS fixtures (``lakefence_server``, ``lakefence_repo``, ...) come from the
-package's opt-in pytest plugin (``airflow_lakefence.testing.pytest_plugin``, asked for below):
+opt-in pytest plugin of ``lakefence_testing`` (``lakefence_testing.pytest_plugin``, asked for below):
 ``--lakefs-backend=local|real|both`` picks the local server, real lakeFS (built from the Go module
 in ``tests/real_lakefs`` and started by :func:`lakefence_real_lakefs`), or both.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 #: The package's lakeFS fixtures: loaded here only (the plugin is not an entry point), for every run of the suite.
-pytest_plugins = ["airflow_lakefence.testing.pytest_plugin"]
+pytest_plugins = ["lakefence_testing.pytest_plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
 _HOME = Path(tempfile.mkdtemp(prefix="lakefence-airflow-"))
@@ -180,7 +180,7 @@ def airflow_db() -> Path:
 @pytest.fixture(scope="session")
 def lakefence_real_lakefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The real backend's lakeFS: built from ``tests/real_lakefs`` (cached), started for the session."""
-    from airflow_lakefence.testing.pytest_plugin import real_lakefs_unavailable
+    from lakefence_testing.pytest_plugin import real_lakefs_unavailable
     from tests.tools.real_lakefs import GoToolchainMissingError, RealLakeFS, ensure_lakefs_binary
 
     try:

@@ -33,6 +33,7 @@ from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.publication.publisher import Publisher, supersedes
+from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.records.metadata import output_prefixes_metadata
 from airflow_lakefence.core.records.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
 from airflow_lakefence.core.records.run_state import (
@@ -204,9 +205,8 @@ class PublishEngine:
             failpoints.hit("after_fence_2")
             guard.ensure_publish_budget()  # step 9
             strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
-            decision, output_ref = strategy.publish(  # steps 10, 11
-                attempt, staging, input_commit, staged, publisher.record(attempt, input_commit, staged)
-            )
+            record = publisher.record(attempt, input_commit, staged)
+            decision, output_ref = strategy.publish(StagedOutput(attempt, staging, input_commit, staged, record))
             failpoints.hit("after_verify")
             published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
             result = self._report(guard, evidence, tell, attempt, staging, published, workspace, tables)  # step 12

@@ -44,8 +44,8 @@ from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, de
 from tests.celery.conftest import FIGURES
 from tests.celery.test_scoped_backfill import max_overlap, release, repository, wait_held
 from tests.dags.celery_dags import RUN_BRANCH_DAYS, START
+from tests.stack.airflow_stack import wait_for
 from tests.stack.celery import CeleryStack
-from tests.stack.harness import wait_for
 from tests.stack.tier import Signals, history, read_text, staging_branches, start_backfill, timestamp, xcom
 from tests.tools.real_lakefs import RealLakeFS
 

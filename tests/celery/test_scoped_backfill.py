@@ -34,8 +34,8 @@ from airflow_lakefence.core.fences.scope import SCOPED_REVERTS_KEY
 from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, decode_metadata
 from tests.celery.conftest import FIGURES
 from tests.dags.celery_dags import SCOPED_DAYS, START, date_hold_name
+from tests.stack.airflow_stack import wait_for
 from tests.stack.celery import CeleryStack
-from tests.stack.harness import wait_for
 from tests.stack.tier import (
     Signals,
     gone,

@@ -50,7 +50,7 @@ def _act_on_self_after_the_job(context: Any) -> None:
         return
     import httpx
 
-    base_url = os.environ["AIRFLOW__API__BASE_URL"]  # set by tests/scheduler/harness.py
+    base_url = os.environ["AIRFLOW__API__BASE_URL"]  # set by tests/stack/airflow_stack.py
 
     def act() -> None:
         token = httpx.get(f"{base_url}/auth/token", timeout=10).json()["access_token"]

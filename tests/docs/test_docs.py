@@ -109,7 +109,8 @@ def _third_party_imports(path: Path) -> set[str]:
             modules.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module.split(".")[0])
-    return {m for m in modules if m not in __import__("sys").stdlib_module_names and m != "airflow_lakefence"}
+    ours = {"airflow_lakefence", "lakefence_testing"}  # the distribution's own packages
+    return {m for m in modules if m not in __import__("sys").stdlib_module_names and m not in ours}
 
 
 def test_the_examples_need_only_the_package_and_its_examples_extra() -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_lakefence.testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY, LakeFSServer
+from lakefence_testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY, LakeFSServer
 from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
 USER_NAME = "admin"

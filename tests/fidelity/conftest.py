@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_lakefence.testing.pytest_plugin import real_lakefs_unavailable
+from lakefence_testing.pytest_plugin import real_lakefs_unavailable
 from tests.fidelity._backends import local_server, real_lakefs
 from tests.fidelity._harness import Server
 from tests.tools.real_lakefs import GoToolchainMissingError, ensure_lakefs_binary

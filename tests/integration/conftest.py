@@ -16,7 +16,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.hardfence import install_hard_fence
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.conftest import fresh_dag_module, load_dag_module
 from tests.integration.hard_fence_helpers import CountingClient
 from tests.integration.helpers import commit_files

@@ -276,7 +276,7 @@ def test_airflow_cli_lists_the_provider(command: list[str], expected: str) -> No
         "airflow_lakefence.spark.submit",
         "airflow_lakefence.airflow_adapter.task_instances",
         "airflow_lakefence.core.names.locations",
-        "airflow_lakefence.testing.lakefs_server",
+        "lakefence_testing.lakefs_server",
     ],
 )
 def test_all_exports_resolve(module: str) -> None:

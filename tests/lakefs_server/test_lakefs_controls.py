@@ -15,15 +15,11 @@ import requests
 import urllib3
 from lakefs.exceptions import ServerException
 
-import airflow_lakefence.testing.lakefs_server as server_package
-from airflow_lakefence.testing.lakefs_server import (
-    DEFAULT_ACCESS_KEY_ID,
-    DEFAULT_SECRET_ACCESS_KEY,
-    Controls,
-    RemoteControls,
-)
+import lakefence_testing.lakefs_server as server_package
+from lakefence_testing.controls import Controls, RemoteControls
+from lakefence_testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY
 
-_ROOT = Path(server_package.__file__).resolve().parents[3]
+_ROOT = Path(server_package.__file__).resolve().parents[2]
 
 
 def _raw_client(lakefence_server, retries: int = 0) -> lakefs_sdk.client.LakeFSClient:
@@ -190,7 +186,7 @@ def test_large_objects_stream_through(lakefence_repo: lakefs.Repository, lakefen
 
 
 def test_operation_ids_come_from_the_swagger_routes() -> None:
-    from airflow_lakefence.testing.proxy import operation_of
+    from lakefence_testing.proxy import operation_of
 
     assert operation_of("POST", "/api/v1/repositories/r/refs/feature/merge/main") == "mergeIntoBranch"
     assert operation_of("GET", "/api/v1/repositories/r/refs/feature/merge/main") == "findMergeBase"
@@ -215,10 +211,10 @@ def test_local_server_keeps_only_its_stats(lakefence_server, lakefence_repo: lak
 
 @pytest.mark.lakefs_local_only
 def test_server_process_runs_behind_the_proxy(tmp_path) -> None:
-    """``python -m airflow_lakefence.testing.lakefs_server --latency``: the printed URL is a proxy's."""
+    """``python -m lakefence_testing.lakefs_server --latency``: the printed URL is a proxy's."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_lakefence.testing.lakefs_server", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "lakefence_testing.lakefs_server", "--data-dir", str(tmp_path),
          "--latency", "0.2"],
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip

@@ -16,18 +16,18 @@ from pathlib import Path
 import lakefs
 import pytest
 
-import airflow_lakefence.testing.lakefs_server as server_package
-from airflow_lakefence.testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY
+import lakefence_testing.lakefs_server as server_package
+from lakefence_testing.lakefs_server import DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY
 
 pytestmark = pytest.mark.lakefs_local_only
 
-_ROOT = Path(server_package.__file__).resolve().parents[3]
+_ROOT = Path(server_package.__file__).resolve().parents[2]
 
 
 def _start(data_dir: Path) -> tuple[subprocess.Popen[str], lakefs.Client]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_lakefence.testing.lakefs_server", "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "lakefence_testing.lakefs_server", "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

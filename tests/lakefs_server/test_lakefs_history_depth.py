@@ -11,7 +11,7 @@ from collections.abc import Callable
 import lakefs
 import pytest
 
-from airflow_lakefence.testing.lakefs_server import Controls
+from lakefence_testing.controls import Controls
 
 pytestmark = pytest.mark.lakefs_local_only
 

@@ -1,6 +1,6 @@
-"""Packaging: the server subpackage and its pytest plugin import without Airflow; production installs
-carry no werkzeug and load no plugin into pytest (the plugin is opt-in; the `testing` extra brings
-the server); the tools only this repository's tests use are not in the package."""
+"""Packaging: lakefence_testing (the server, the proxy and the pytest plugin) imports without Airflow;
+production installs carry no werkzeug and load no plugin into pytest (the plugin is opt-in; the
+`testing` extra brings the server); the tools only this repository's tests use are not in the package."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import airflow_lakefence
+import lakefence_testing
 
 _CHECK = """
 import sys
-import airflow_lakefence.testing.pytest_plugin
-assert "airflow_lakefence.testing.lakefs_server" not in sys.modules, "plugin import must stay cheap"
-import airflow_lakefence.testing.lakefs_server
+import lakefence_testing.pytest_plugin
+assert "lakefence_testing.lakefs_server" not in sys.modules, "plugin import must stay cheap"
+import lakefence_testing.lakefs_server._server
+import lakefence_testing.proxy
 airflow = sorted(m for m in sys.modules if m == "airflow" or m.startswith("airflow."))
 assert not airflow, airflow
 """
@@ -61,7 +62,7 @@ class Seen:
     def pytest_collection_finish(self, session):
         Seen.plugins = [
             getattr(p, "__name__", "") for p in session.config.pluginmanager.get_plugins()
-            if getattr(p, "__name__", "").startswith("airflow_lakefence")
+            if getattr(p, "__name__", "").startswith(("airflow_lakefence", "lakefence_testing"))
         ]
 
 
@@ -72,10 +73,10 @@ def collect(*options):
 
 
 assert collect() == [], Seen.plugins
-assert collect("-p", "airflow_lakefence.testing.pytest_plugin") == ["airflow_lakefence.testing.pytest_plugin"]
+assert collect("-p", "lakefence_testing.pytest_plugin") == ["lakefence_testing.pytest_plugin"]
 heavy = sorted(
     m for m in sys.modules if m.split(".")[0] in {"werkzeug", "lakefs", "lakefs_sdk", "airflow", "pyspark"}
-    or m.startswith("airflow_lakefence.testing.lakefs_server")
+    or m.startswith("lakefence_testing.lakefs_server")
 )
 assert not heavy, heavy
 print("OK")
@@ -115,7 +116,7 @@ def test_old_fixture_names_only_through_the_deprecated_opt_in(tmp_path: Path) ->
             capture_output=True, text=True, cwd=tmp_path, check=False,
         )  # fmt: skip
 
-    new = run("airflow_lakefence.testing.pytest_plugin")
+    new = run("lakefence_testing.pytest_plugin")
     assert new.returncode == 1 and "fixture 'lakefs_repo' not found" in new.stdout, new.stdout + new.stderr
     old = run("airflow_lakefence.testing.lakefs_server.pytest_plugin")
     assert old.returncode == 1 and "the pytest fixture 'lakefs_repo' is deprecated" in old.stdout, old.stdout
@@ -123,9 +124,9 @@ def test_old_fixture_names_only_through_the_deprecated_opt_in(tmp_path: Path) ->
 
 def test_repository_only_tools_are_not_in_the_package() -> None:
     """The real-lakeFS builder and the PostgreSQL launcher are the repository's (tests/tools), not the wheel's."""
-    package = Path(airflow_lakefence.__file__).resolve().parent
-    assert not (package / "testing" / "real_lakefs.py").exists()
-    assert not (package / "testing" / "postgres.py").exists()
+    package = Path(lakefence_testing.__file__).resolve().parent
+    assert not (package / "real_lakefs.py").exists()
+    assert not (package / "postgres.py").exists()
 
 
 def _setup_cfg() -> configparser.ConfigParser:
@@ -152,5 +153,5 @@ def test_werkzeug_is_an_extra_not_a_runtime_dependency() -> None:
     assert extras["testing"] <= extras["test"]  # the project's own suite has everything DAG authors get
     # The example DAGs' imports (dags_examples/*.py, jobs/) are in the extra the docs tell users to install.
     assert {"pyspark", "lakefs-spec", "pyarrow", "pandas", "werkzeug"} <= extras["examples"]
-    assert "pytest11" not in cfg["options.entry_points"]  # opt-in: -p airflow_lakefence.testing.pytest_plugin
+    assert "pytest11" not in cfg["options.entry_points"]  # opt-in: -p lakefence_testing.pytest_plugin
 

@@ -18,8 +18,8 @@ import requests
 from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, LakefenceRecord, encode_metadata
 from airflow_lakefence.links.lakefs import branch_url, commit_url
-from airflow_lakefence.testing.lakefs_server import Controls
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.controls import Controls
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 
 pytestmark = pytest.mark.lakefs_local_only
 

@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from airflow_lakefence.testing import proxy as proxy_module
-from airflow_lakefence.testing.lakefs_server.controls import Controls
-from airflow_lakefence.testing.proxy import FaultProxy
+from lakefence_testing import proxy as proxy_module
+from lakefence_testing.controls import Controls
+from lakefence_testing.proxy import FaultProxy
 
 
 class _Echo(BaseHTTPRequestHandler):

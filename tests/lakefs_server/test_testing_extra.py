@@ -9,7 +9,7 @@ PROBE = """
 import sys
 sys.modules["werkzeug"] = None  # as if not installed
 try:
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+    from lakefence_testing.lakefs_server import LakeFSServer
 except ModuleNotFoundError as exc:
     print(exc.name, "|", exc)
 """

@@ -17,7 +17,7 @@ import lakefs
 import pytest
 
 from airflow_lakefence.core.records.metadata import decode_metadata
-from airflow_lakefence.testing.lakefs_server.controls import Call
+from lakefence_testing.controls import Call
 from tests.conftest import fresh_dag_module
 from tests.integration.helpers import publications_on_top_of, read_text, run_dag, staging_branches, ti_state, xcoms
 

@@ -245,7 +245,7 @@ def _lakefs(backend: str, data_dir: Path, real_kv: str = "postgres") -> Any:
         from tests.tools.real_lakefs import RealLakeFS, ensure_lakefs_binary
 
         return RealLakeFS(ensure_lakefs_binary(), data_dir, log_level="ERROR", kv=real_kv)
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
+    from lakefence_testing.lakefs_server import LakeFSServer
 
     return LakeFSServer(data_dir)
 

@@ -1,6 +1,6 @@
 """The full Airflow stack with the CeleryExecutor and several Celery workers, on loopback.
 
-:class:`CeleryStack` extends :class:`tests.stack.harness.AirflowStack` (api-server, scheduler,
+:class:`CeleryStack` extends :class:`tests.stack.airflow_stack.AirflowStack` (api-server, scheduler,
 dag-processor, triggerer, the metadata database on PostgreSQL, driven through the REST API) with:
 
 - a Redis server (Debian's ``redis-server``) on a free port, the Celery broker (db 0) and result
@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 
 from tests.celery.hostname import WORKER_NAME_ENV
-from tests.stack.harness import (
+from tests.stack.airflow_stack import (
     MARKER_ENV,
     AirflowStack,
     StackError,
@@ -63,7 +63,7 @@ class CeleryStack(AirflowStack):
     :param dag_files: DAG files linked into every dags folder (components' and workers').
     :param workers: the workers' names; each becomes its Celery node name and its task instances' hostname.
     :param worker_concurrency: task slots per worker.
-    :param kwargs: :class:`~tests.stack.harness.AirflowStack` arguments.
+    :param kwargs: :class:`~tests.stack.airflow_stack.AirflowStack` arguments.
     """
 
     def __init__(

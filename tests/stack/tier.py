@@ -33,7 +33,7 @@ import psutil
 import pytest
 
 from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, decode_metadata
-from tests.stack.harness import AirflowAPI, AirflowStack, StackError, wait_for
+from tests.stack.airflow_stack import AirflowAPI, AirflowStack, StackError, wait_for
 
 #: Set to keep the Airflow home (logs) after a passing module too.
 KEEP_HOME_ENV = "LAKEFENCE_TEST_KEEP_AIRFLOW_HOME"

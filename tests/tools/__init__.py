@@ -5,6 +5,6 @@
 - :mod:`tests.tools.postgres`: a throw-away PostgreSQL cluster (the Airflow stacks' metadata DB,
   real lakeFS's KV store on CI).
 
-The local lakeFS-compatible server, the fault-injecting proxy and the opt-in pytest plugin stay in
-the package (:mod:`airflow_lakefence.testing`): DAG authors' tests use them too.
+The local lakeFS-compatible server, the fault-injecting proxy and the opt-in pytest plugin ship with
+the provider (:mod:`lakefence_testing`, the ``testing`` extra): DAG authors' tests use them too.
 """

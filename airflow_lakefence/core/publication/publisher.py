@@ -45,6 +45,7 @@ from airflow_lakefence.core.names.keys import AttemptId
 from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.publication.replacement import replace_by_merge, temp_branch_name
 from airflow_lakefence.core.publication.scoped_publisher import ScopedPublish
+from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.publication.target_merge import TargetMerge
 from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, LakeFenceRecord, encode_metadata
 from airflow_lakefence.core.records.reporting import Log
@@ -207,47 +208,14 @@ class Publisher:
             superseded,
         )
 
-    def publish(
-        self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: CommitInfo,
-        early_head: HeadState,
-        superseded: Mapping[str, Any] | None = None,
-        hard_fence: HardFenceStatus = NO_HARD_FENCE,
-    ) -> tuple[FenceDecision, str]:
-        """Decide on the target's HEAD and act; return the decision and the output ref.
-
-        What :meth:`~airflow_lakefence.core.engine.PublishEngine.run` does in two calls
-        (:meth:`strategy`, then its ``publish``), in one, for callers outside the engine.
-
-        :param attempt: this attempt.
-        :param staging: its staging branch.
-        :param input_commit: the input commit.
-        :param staged: the staged commit.
-        :param early_head: the target's HEAD read before the job.
-        :param superseded: the successful publication this attempt replaces, if any.
-        :param hard_fence: the hard fence's status.
-        :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
-        """
-        strategy = self.strategy(early_head, superseded, hard_fence)
-        return strategy.publish(attempt, staging, input_commit, staged, self.record(attempt, input_commit, staged))
-
 
 class PublishStrategy(Protocol):
     """Steps 10 and 11 for one request: decide on the target and act (branch-wide or scoped)."""
 
-    def publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
-    ) -> tuple[FenceDecision, str]:
+    def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide and act; return the decision and the output ref.
 
-        :param attempt: this attempt.
-        :param staging: its staging branch.
-        :param input_commit: the input commit.
-        :param staged: the staged commit.
-        :param record: the publication's metadata (the ``publish`` record and the user's metadata).
+        :param output: the attempt's staged output and its publication's record.
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
         ...
@@ -279,22 +247,11 @@ class BranchPublish:
     early_head: HeadState
     superseded: Mapping[str, Any] | None
 
-    def publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
-    ) -> tuple[FenceDecision, str]:
+    def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
-        one_round = functools.partial(self._round, attempt, staging, input_commit, staged, record)
-        return self.guard.write_once("publish", one_round, staging=staging)
+        return self.guard.write_once("publish", functools.partial(self._round, output), staging=output.staging)
 
-    def _round(
-        self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: CommitInfo,
-        record: Mapping[str, str],
-        answer_lost: bool,
-    ) -> tuple[FenceDecision, str]:
+    def _round(self, output: StagedOutput, answer_lost: bool) -> tuple[FenceDecision, str]:
         """One publish round: decide on the target's HEAD and act.
 
         Every round reads the target afresh: a write that landed although its answer was lost shows
@@ -302,6 +259,7 @@ class BranchPublish:
         at once on the head read before the job, and the target is read only when lakeFS refuses it
         (the head moved: e.g. an earlier try's publication to replace).
         """
+        attempt, staging, input_commit, staged = output.attempt, output.staging, output.input_commit, output.staged
         changed = staged.id != input_commit
         refused: PublishRaceError | None = None
         if self.hard_fence.relied_on and not answer_lost:
@@ -311,7 +269,7 @@ class BranchPublish:
             )
             if optimistic:
                 try:
-                    return self._act(self.early_head, decision, attempt, staging, input_commit, staged.id, record)
+                    return self._act(self.early_head, decision, output)
                 except PublishRaceError as exc:
                     # Refused by the fence, or a conflict with what moved the head: nothing landed.
                     if not self.merging.nothing_landed(exc):
@@ -323,25 +281,17 @@ class BranchPublish:
         if refused is not None and decision.action is Action.FAIL_CLOSED:
             # The fence lost the race to a writer the table cannot explain: say both.
             raise HardFenceRaceError(f"{refused}; now: {decision.reason}", staging_branch=staging) from refused
-        return self._act(head, decision, attempt, staging, input_commit, staged.id, record)
+        return self._act(head, decision, output)
 
-    def _act(
-        self,
-        head: HeadState,
-        decision: FenceDecision,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: str,
-        record: Mapping[str, str],
-    ) -> tuple[FenceDecision, str]:
+    def _act(self, head: HeadState, decision: FenceDecision, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Act on the decision taken on ``head``; return it (with its reason for the log) and the output ref."""
-        decision = self._explain(head, decision, attempt, staging, input_commit, self.superseded)
+        attempt, staging, input_commit, staged, record = output
+        decision = self._explain(head, decision, output)
         failpoints.hit("after_publish_read")
         self.log.info("Publish fence: %s (%s)", decision.action.value, decision.reason)
         # Every lakefence merge names the head it expects: the hard fence's compare-and-swap.
         metadata = {**record, **expected_head_metadata(head.commit_id)}
-        pub = _Publishing(attempt, staging, input_commit, staged, self.hard_fence, head, metadata)
+        pub = _Publishing(attempt, staging, input_commit, staged.id, self.hard_fence, head, metadata)
         if decision.action is Action.FAIL_CLOSED:
             raise PublishFenceError(decision.reason, staging_branch=staging)
         if decision.action is Action.MERGE:
@@ -357,16 +307,10 @@ class BranchPublish:
             return decision, decision.output_ref
         return decision, input_commit  # NOOP
 
-    def _explain(
-        self,
-        head: HeadState,
-        decision: FenceDecision,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        superseded: Mapping[str, Any] | None,
-    ) -> FenceDecision:
+    def _explain(self, head: HeadState, decision: FenceDecision, output: StagedOutput) -> FenceDecision:
         """The decision with a reason for the person reading the log."""
+        attempt, staging, input_commit = output.attempt, output.staging, output.input_commit
+        superseded = self.superseded
         if decision.action is Action.FAIL_CLOSED:
             # The job ran: only the publication is refused (its output stays as evidence).
             message = fail_closed_message(

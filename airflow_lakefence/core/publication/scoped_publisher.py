@@ -48,6 +48,7 @@ from airflow_lakefence.core.fences.scope import (
 from airflow_lakefence.core.names.keys import AttemptId
 from airflow_lakefence.core.ports import CommitInfo, LakeFSPort
 from airflow_lakefence.core.publication.replacement import replace_through_temp_branch, temp_branch_name
+from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.publication.target_merge import TargetMerge
 from airflow_lakefence.core.records.metadata import (
     ROLE_PUBLISH,
@@ -112,24 +113,14 @@ class ScopedPublish:
         self.repo = self.request.repository
         self.target = self.request.target_branch
 
-    def publish(
-        self, attempt: AttemptId, staging: str, input_commit: str, staged: CommitInfo, record: Mapping[str, str]
-    ) -> tuple[FenceDecision, str]:
+    def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD within the scope and act (see
         :class:`~airflow_lakefence.core.publication.publisher.PublishStrategy`)."""
-        one_round = functools.partial(self._round, attempt, staging, input_commit, staged, record)
-        return self.guard.write_once("publish", one_round, staging=staging)
+        return self.guard.write_once("publish", functools.partial(self._round, output), staging=output.staging)
 
-    def _round(
-        self,
-        attempt: AttemptId,
-        staging: str,
-        input_commit: str,
-        staged: CommitInfo,
-        record: Mapping[str, str],
-        answer_lost: bool,
-    ) -> tuple[FenceDecision, str]:
+    def _round(self, output: StagedOutput, answer_lost: bool) -> tuple[FenceDecision, str]:
         """One publish round within the scope: after a lost answer, first whether the merge landed."""
+        attempt, staging, input_commit, staged, record = output
         changed = staged.id != input_commit
         if answer_lost:
             landed = self._landed(attempt, input_commit)
@@ -143,10 +134,8 @@ class ScopedPublish:
         if self.hard_fence.relied_on and changed and not answer_lost:
             # lakeFS checks the scope since the input inside the merge: no read before it.
             try:
-                output = self._merge(
-                    attempt, staging, staged.id, input_commit, record, probed=None, staged=staged.id
-                )
-                return self._done(Action.MERGE, "lakeFS's hard fence found the scope untouched", output)
+                merged = self._merge(attempt, staging, staged.id, input_commit, record, probed=None, staged=staged.id)
+                return self._done(Action.MERGE, "lakeFS's hard fence found the scope untouched", merged)
             except PublishFenceError as exc:
                 # Refused by the fence (the scope changed since the input, e.g. an earlier try of
                 # this key published) or a conflict: nothing landed. Read and decide.

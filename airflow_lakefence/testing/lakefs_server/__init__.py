@@ -1,71 +1,20 @@
-"""A local lakeFS-compatible server for tests, importable without Airflow.
-
-It serves the lakeFS REST API v1 (the part the ``lakefs`` and ``lakefs_sdk`` clients use) under
-``/api/v1`` and stores metadata in SQLite and object bytes on disk. Test controls (request counts,
-injected latency, scripted faults) are the fault-injecting proxy's
-(:class:`airflow_lakefence.testing.proxy.FaultProxy`), which works in front of a real lakeFS too.
-
-Example::
-
-    from airflow_lakefence.testing.lakefs_server import LakeFSServer
-
-    with LakeFSServer(tmp_path) as server:
-        client = lakefs.Client(host=server.url, username=server.access_key_id,
-                               password=server.secret_access_key)
-"""
+"""Deprecated: :mod:`lakefence_testing.lakefs_server`; the test controls (``Controls``, ``Fault``,
+``RemoteControls``) are :mod:`lakefence_testing.controls`."""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from airflow_lakefence.testing.lakefs_server._server import (
-        DEFAULT_ACCESS_KEY_ID,
-        DEFAULT_SECRET_ACCESS_KEY,
-        LakeFSServer,
-        run_server,
-    )
-    from airflow_lakefence.testing.lakefs_server.controls import Controls, Fault, RemoteControls
+from airflow_lakefence.testing import moved
 
-# Loaded on first use, so that importing the pytest plugin (a submodule) stays cheap.
-_EXPORTS = {
-    "DEFAULT_ACCESS_KEY_ID": "_server",
-    "DEFAULT_SECRET_ACCESS_KEY": "_server",
-    "LakeFSServer": "_server",
-    "run_server": "_server",
-    "Controls": "controls",
-    "Fault": "controls",
-    "RemoteControls": "controls",
-}
+_server = moved(__name__, "lakefence_testing.lakefs_server")
+_CONTROLS = ("Controls", "Fault", "RemoteControls")
 
-__all__ = [
-    "DEFAULT_ACCESS_KEY_ID",
-    "DEFAULT_SECRET_ACCESS_KEY",
-    "Controls",
-    "Fault",
-    "LakeFSServer",
-    "RemoteControls",
-    "run_server",
-]
-
-
-#: Third-party modules of the ``testing`` extra the server needs.
-_TESTING_EXTRA = {"werkzeug", "lupa"}
+__all__ = [*_server.__all__, *_CONTROLS]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    except ModuleNotFoundError as exc:
-        missing = (exc.name or "").partition(".")[0]
-        if missing not in _TESTING_EXTRA:
-            raise
-        raise ModuleNotFoundError(
-            f"the local lakeFS server needs {missing!r}, which comes with the testing extra: "
-            "pip install 'airflow-provider-lakefence[testing]'",
-            name=missing,
-        ) from exc
-    return getattr(module, name)
+    if name in _CONTROLS:
+        return getattr(importlib.import_module("lakefence_testing.controls"), name)
+    return getattr(_server, name)

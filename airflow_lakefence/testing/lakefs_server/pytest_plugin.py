@@ -2,21 +2,33 @@
 
 Until now this module loaded into every pytest session through a ``pytest11`` entry point, with
 fixtures named ``lakefs_backend``, ``lakefs_server``, ``lakefs_client``, ``lakefs_repo`` and
-``lakefs_controls``. Nothing loads it any more: use ``-p airflow_lakefence.testing.pytest_plugin``
-and the ``lakefence_*`` fixtures. A suite not yet moved can opt in here instead
+``lakefs_controls``. Nothing loads it any more: use ``-p lakefence_testing.pytest_plugin`` and the
+``lakefence_*`` fixtures. A suite not yet moved can opt in here instead
 (``-p airflow_lakefence.testing.lakefs_server.pytest_plugin``): it gets the plugin and the old
-names, each warning when used.
+names, each warning when used and each with its new namesake's scope (a session-scoped fixture of
+the suite's own may use ``lakefs_server`` as it always could).
 """
 
 from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-pytest_plugins = ["airflow_lakefence.testing.pytest_plugin"]
+warnings.warn(f"{__name__} is deprecated: -p lakefence_testing.pytest_plugin and its lakefence_* fixtures",
+              DeprecationWarning, stacklevel=2)  # fmt: skip
+pytest_plugins = ["lakefence_testing.pytest_plugin"]
+
+#: The old names and the scope of their ``lakefence_`` namesakes (lakefence_testing.pytest_plugin).
+SCOPES: dict[str, Literal["session", "function"]] = {
+    "lakefs_backend": "session",
+    "lakefs_server": "session",
+    "lakefs_client": "function",
+    "lakefs_repo": "function",
+    "lakefs_controls": "function",
+}
 
 
 def _alias(old: str) -> Any:
@@ -29,7 +41,7 @@ def _alias(old: str) -> Any:
 
     def fixture(**requested: Any) -> Any:
         warnings.warn(
-            f"the pytest fixture {old!r} is deprecated: use {new!r} (-p airflow_lakefence.testing.pytest_plugin)",
+            f"the pytest fixture {old!r} is deprecated: use {new!r} (-p lakefence_testing.pytest_plugin)",
             DeprecationWarning,
             stacklevel=2,
         )
@@ -40,7 +52,7 @@ def _alias(old: str) -> Any:
     )
     fixture.__name__ = fixture.__qualname__ = old
     fixture.__doc__ = f"Deprecated: ``{new}``."
-    return pytest.fixture(name=old)(fixture)
+    return pytest.fixture(name=old, scope=SCOPES[old])(fixture)
 
 
 lakefs_backend = _alias("lakefs_backend")

@@ -36,7 +36,7 @@ from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.run_state_store import RUN_STATE_BRANCH
-from airflow_lakefence.testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
+from lakefence_testing.pytest_plugin import ENDPOINT_ENV, LakeFSServerInfo
 from tests.integration.hard_fence_helpers import protect
 from tests.integration.helpers import run_dag, update_ti, xcoms
 

@@ -41,7 +41,7 @@ from airflow_lakefence.core.names.keys import PublicationKey
 from airflow_lakefence.core.names.staging_names import staging_branch_prefix
 from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.exceptions import HardFenceRaceError, PublishFenceError, StaleAttemptError
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.cost.cost_measure import (
     PROTECTED_PREFIX,
     Attempt,

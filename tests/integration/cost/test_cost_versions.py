@@ -34,7 +34,7 @@ import pytest
 
 from airflow_lakefence.airflow_adapter.task_instances import TOKEN_XCOM_KEY
 from airflow_lakefence.exceptions import PublishFenceError
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.cost.cost_measure import (
     Attempt,
     Backdoor,

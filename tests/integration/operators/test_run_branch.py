@@ -202,13 +202,7 @@ def test_two_runs_on_one_input_branch_wide_the_second_fails_closed(
 
 def test_two_scoped_runs_of_disjoint_partitions_both_land(rdags: Any, seeded: tuple[lakefs.Repository, str]) -> None:
     repo, input_commit = seeded
-    runs = [
-        run(
-            rdags.scoped_dag,
-            partition_conf(repo, p, input_commit),
-        )
-        for p in ("a", "b")
-    ]
+    runs = [run(rdags.scoped_dag, partition_conf(repo, p, input_commit)) for p in ("a", "b")]
     assert [r.state for r in runs] == ["success", "success"]
     assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"
@@ -402,13 +396,7 @@ def test_scoped_runs_of_disjoint_partitions_both_land_through_the_hard_fence(
     rdags: Any, fenced_main: tuple[lakefs.Repository, str]
 ) -> None:
     repo, input_commit = fenced_main
-    runs = [
-        run(
-            rdags.scoped_hard_dag,
-            partition_conf(repo, p, input_commit),
-        )
-        for p in ("a", "b")
-    ]
+    runs = [run(rdags.scoped_hard_dag, partition_conf(repo, p, input_commit)) for p in ("a", "b")]
     assert [r.state for r in runs] == ["success", "success"], rdags.FAILURES
     assert [xcoms(r, "publish")["decision"] for r in runs] == ["merge", "merge"]
     assert read_text(repo, "main", "tables/t/p=a/part.txt") == "a"

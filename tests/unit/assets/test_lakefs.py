@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_lakefence.assets.lakefs import DEPRECATED_EXTRA_KEYS, create_asset, event_extra, parse_uri, sanitize_uri
-from airflow_lakefence.lineage.openlineage import namespace, operator_lineage
+from airflow_lakefence.lineage.openlineage import operator_lineage
 from airflow_lakefence.links.lakefs import branch_url, commit_url, common_directory, objects_url
 
 
@@ -76,34 +76,6 @@ def test_link_urls() -> None:
         branch_url("http://ui:8000", "repo", "lakefence-x")
         == "http://ui:8000/repositories/repo/objects?ref=lakefence-x"
     )
-
-
-def test_openlineage_datasets() -> None:
-    pytest.importorskip("airflow.providers.openlineage")
-    assert namespace("https://lakefs.example.com:8443/api/v1") == "lakefs://lakefs.example.com:8443"
-    lineage = operator_lineage(
-        endpoint="http://127.0.0.1:8000",
-        repository="repo",
-        input_ref="main",
-        input_commit="i" * 64,
-        target_branch="main",
-        output_prefixes=["tables/a/", "tables/b"],
-        output_commit="o" * 64,
-    )
-    assert [(d.namespace, d.name) for d in lineage.inputs] == [("lakefs://127.0.0.1:8000", "repo/main")]
-    assert lineage.inputs[0].facets["version"].datasetVersion == "i" * 64
-    assert [d.name for d in lineage.outputs] == ["repo/main/tables/a", "repo/main/tables/b"]
-    assert {d.facets["version"].datasetVersion for d in lineage.outputs} == {"o" * 64}
-    nothing = operator_lineage(
-        endpoint="http://h",
-        repository="repo",
-        input_ref="main",
-        input_commit=None,
-        target_branch="main",
-        output_prefixes=[],
-        output_commit=None,
-    )
-    assert nothing.outputs == [] and nothing.inputs[0].facets == {}
 
 
 def test_scoped_event_extra_names_the_write_set() -> None:

@@ -37,39 +37,6 @@ def test_an_asset_above_tables_lists_them_and_one_beside_them_none() -> None:
     assert not {"delta_versions", "delta_table", "delta_version"} & set(beside)
 
 
-def test_lineage_names_each_table_with_its_delta_version() -> None:
-    pytest.importorskip("airflow.providers.openlineage")
-    from airflow_lakefence.lineage.openlineage import operator_lineage
-
-    lineage = operator_lineage(
-        endpoint="http://127.0.0.1:8000",
-        repository="repo",
-        input_ref="main",
-        input_commit="i" * 64,
-        target_branch="main",
-        output_prefixes=["reports/"],
-        output_commit="o" * 64,
-        delta_versions={"tables/events/": 4},
-    )
-    assert [d.name for d in lineage.outputs] == ["repo/main/reports", "repo/main/tables/events"]
-    table = lineage.outputs[1]
-    assert table.facets["version"].datasetVersion == "o" * 64
-    assert table.facets["storage"].storageLayer == "delta"
-    assert [(t.key, t.value) for t in table.facets["tags"].tags] == [("delta.version", "4")]
-    # Tables only: no whole-branch dataset beside them.
-    only = operator_lineage(
-        endpoint="http://h",
-        repository="repo",
-        input_ref="main",
-        input_commit="i" * 64,
-        target_branch="main",
-        output_prefixes=[],
-        output_commit="o" * 64,
-        delta_versions={"tables/events/": 0},
-    )
-    assert [d.name for d in only.outputs] == ["repo/main/tables/events"]
-
-
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

@@ -25,7 +25,7 @@ from airflow_lakefence.exceptions import (
     LakeFSPreconditionFailedError,
 )
 from airflow_lakefence.hardfence import check_hard_fence, install_hard_fence, probe_hard_fence
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.hard_fence_helpers import CountingClient, commit_on, head, install_user_hook, protect, stage
 
 pytestmark = pytest.mark.hard_fence

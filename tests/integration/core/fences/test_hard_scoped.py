@@ -36,7 +36,7 @@ from airflow_lakefence.core.records.metadata import ROLE_PUBLISH, ROLE_STAGE, La
 from airflow_lakefence.exceptions import LakeFSHardFenceRejectedError, LakeFSUnavailableError
 from airflow_lakefence.hardfence import install_hard_fence, probe_hard_fence
 from airflow_lakefence.hardfence.__main__ import main as cli_main
-from airflow_lakefence.testing.pytest_plugin import LakeFSServerInfo
+from lakefence_testing.pytest_plugin import LakeFSServerInfo
 from tests.integration.hard_fence_helpers import CountingClient, commit_on, head, stage
 from tests.integration.helpers import run_together
 

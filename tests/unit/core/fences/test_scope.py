@@ -288,7 +288,7 @@ def test_verify_after_merge(first_parent: str, recheck: tuple[str, ...]) -> None
 def run_v2(metadata: dict[str, str], first_parent: str, diffs: dict[str, tuple[int, list[str]]]) -> str | None:
     """Run the shipped hook with a fake ``lakefs`` module answering ``diffs[prefix]``; the error text or ``None``."""
     lupa = pytest.importorskip("lupa")
-    from airflow_lakefence.testing.lakefs_server._actions import _GO_LUA_PRELUDE
+    from lakefence_testing.lakefs_server._actions import _GO_LUA_PRELUDE
 
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     lua.execute(_GO_LUA_PRELUDE)

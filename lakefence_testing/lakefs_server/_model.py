@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server import _errors as errors
 
 REPOSITORY_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 BRANCH_ID_RE = re.compile(r"^\w[-\w]*$", re.ASCII)

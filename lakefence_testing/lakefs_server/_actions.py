@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._render import diff_list, object_stats_list
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._render import diff_list, object_stats_list
 
 if TYPE_CHECKING:
-    from airflow_lakefence.testing.lakefs_server._model import Commit
-    from airflow_lakefence.testing.lakefs_server._tx import Tx
+    from lakefence_testing.lakefs_server._model import Commit
+    from lakefence_testing.lakefs_server._tx import Tx
 
 ACTIONS_PREFIX = "_lakefs_actions/"
 DEFAULT_AMOUNT = 100

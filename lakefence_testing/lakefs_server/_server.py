@@ -11,9 +11,9 @@ from typing import Any, TextIO
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from airflow_lakefence.testing._serving import ThreadedServer
-from airflow_lakefence.testing.lakefs_server._app import RAW_HEADERS_KEY, LakeFSApp
-from airflow_lakefence.testing.lakefs_server._store import Store
+from lakefence_testing._serving import ThreadedServer
+from lakefence_testing.lakefs_server._app import RAW_HEADERS_KEY, LakeFSApp
+from lakefence_testing.lakefs_server._store import Store
 
 # The lakeFS quickstart credentials: what lakeFS examples and docs use.
 DEFAULT_ACCESS_KEY_ID = "AKIAIOSFOLQUICKSTART"
@@ -47,7 +47,7 @@ class LakeFSServer(ThreadedServer):
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Request counts, latency and
     faults are the fault-injecting proxy's: put a
-    :class:`~airflow_lakefence.testing.proxy.FaultProxy` in front (``FaultProxy(server.url,
+    :class:`~lakefence_testing.proxy.FaultProxy` in front (``FaultProxy(server.url,
     Controls(server.store))``, so that its ``stats()`` are this server's internal counters).
 
     :param data_dir: directory for the SQLite metadata and object bytes; reusing it after a
@@ -107,9 +107,9 @@ def run_server(
 ) -> None:
     """Run a server behind a fault-injecting proxy until SIGTERM or SIGINT; print the proxy's URL.
 
-    The proxy (:class:`~airflow_lakefence.testing.proxy.FaultProxy`) listens on ``host:port`` and
+    The proxy (:class:`~lakefence_testing.proxy.FaultProxy`) listens on ``host:port`` and
     serves the test controls under ``/_lakefence/`` (counts, latency, faults, and the server's
-    internal ``stats``; :class:`~airflow_lakefence.testing.lakefs_server.controls.RemoteControls`);
+    internal ``stats``; :class:`~lakefence_testing.controls.RemoteControls`);
     the server itself listens on another free port of ``host``.
 
     :param data_dir: data directory.
@@ -120,8 +120,8 @@ def run_server(
     :param latency: seconds the proxy adds to every API request.
     :param out: where to print the URL (default stdout); flushed at once.
     """
-    from airflow_lakefence.testing.lakefs_server.controls import Controls
-    from airflow_lakefence.testing.proxy import FaultProxy
+    from lakefence_testing.controls import Controls
+    from lakefence_testing.proxy import FaultProxy
 
     server = LakeFSServer(data_dir, host, 0, access_key_id, secret_access_key)
     stop = threading.Event()

@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._ident import commit_id as compute_commit_id
-from airflow_lakefence.testing.lakefs_server._ident import entry_identity
-from airflow_lakefence.testing.lakefs_server._model import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._ident import commit_id as compute_commit_id
+from lakefence_testing.lakefs_server._ident import entry_identity
+from lakefence_testing.lakefs_server._model import (
     COMMIT_VERSION,
     FULL_HASH_RE,
     HASH_RE,
@@ -40,7 +40,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
 )
 
 if TYPE_CHECKING:
-    from airflow_lakefence.testing.lakefs_server._base import StoreBase
+    from lakefence_testing.lakefs_server._base import StoreBase
 
 BATCH = 1000
 

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from airflow_lakefence.testing.lakefs_server._model import Blob
-from airflow_lakefence.testing.lakefs_server._tx import SCHEMA, Tx
-from airflow_lakefence.testing.lakefs_server.controls import Tally
+from lakefence_testing._serving import Tally
+from lakefence_testing.lakefs_server._model import Blob
+from lakefence_testing.lakefs_server._tx import SCHEMA, Tx
 
 
 class StoreBase:

@@ -7,8 +7,8 @@ from email.utils import formatdate
 from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Request, Response
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._http import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._http import (
     INTERNAL_HEADER_PREFIX,
     INTERNAL_METADATA_PREFIX,
     META_HEADER_PREFIX,
@@ -24,8 +24,8 @@ from airflow_lakefence.testing.lakefs_server._http import (
     path_arg,
     str_map,
 )
-from airflow_lakefence.testing.lakefs_server._render import object_stats_list
-from airflow_lakefence.testing.lakefs_server._store import DEFAULT_CONTENT_TYPE, DELETE_OBJECTS_MAX, Entry, Store
+from lakefence_testing.lakefs_server._render import object_stats_list
+from lakefence_testing.lakefs_server._store import DEFAULT_CONTENT_TYPE, DELETE_OBJECTS_MAX, Entry, Store
 
 
 class ObjectsApi:

@@ -7,10 +7,10 @@ import heapq
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._actions import run_pre_merge_hooks
-from airflow_lakefence.testing.lakefs_server._base import StoreBase
-from airflow_lakefence.testing.lakefs_server._model import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._actions import run_pre_merge_hooks
+from lakefence_testing.lakefs_server._base import StoreBase
+from lakefence_testing.lakefs_server._model import (
     MERGE_STRATEGIES,
     MERGE_STRATEGY_KEY,
     REF_RE,
@@ -25,7 +25,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_branch_id,
     validate_ref,
 )
-from airflow_lakefence.testing.lakefs_server._tx import Tx
+from lakefence_testing.lakefs_server._tx import Tx
 
 _INT64_MAX = 2**63 - 1
 

@@ -13,9 +13,9 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._api_objects import ObjectsApi
-from airflow_lakefence.testing.lakefs_server._http import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._api_objects import ObjectsApi
+from lakefence_testing.lakefs_server._http import (
     LAKEFS_VERSION,
     RAW_HEADERS_KEY,
     UNAUTHENTICATED,
@@ -34,9 +34,9 @@ from airflow_lakefence.testing.lakefs_server._http import (
     str_map,
     validate_query,
 )
-from airflow_lakefence.testing.lakefs_server._render import diff_list, pagination
-from airflow_lakefence.testing.lakefs_server._store import Store
-from airflow_lakefence.testing.lakefs_server._ui import UIPages
+from lakefence_testing.lakefs_server._render import diff_list, pagination
+from lakefence_testing.lakefs_server._store import Store
+from lakefence_testing.lakefs_server._ui import UIPages
 
 __all__ = ["RAW_HEADERS_KEY", "LakeFSApp"]
 
@@ -94,7 +94,7 @@ class LakeFSApp(ObjectsApi):
     """WSGI application serving the lakeFS API from a :class:`Store`.
 
     Request counts, latency and faults are not here: the fault-injecting proxy
-    (:class:`airflow_lakefence.testing.proxy.FaultProxy`) applies them in front of this server or
+    (:class:`lakefence_testing.proxy.FaultProxy`) applies them in front of this server or
     of a real lakeFS. Only what a proxy cannot see is served here, under ``/_lakefence/``: the
     store's internal counters (``GET /_lakefence/stats``; ``DELETE`` zeroes them).
 

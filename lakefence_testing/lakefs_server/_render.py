@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_lakefence.testing.lakefs_server._model import Page
+from lakefence_testing.lakefs_server._model import Page
 
 MAX_PER_PAGE = 1000
 

@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from airflow_lakefence.testing.lakefs_server._history import HistoryMixin
-from airflow_lakefence.testing.lakefs_server._model import (
+from lakefence_testing.lakefs_server._history import HistoryMixin
+from lakefence_testing.lakefs_server._model import (
     DEFAULT_CONTENT_TYPE,
     DELETE_OBJECTS_MAX,
     Blob,
@@ -21,8 +21,8 @@ from airflow_lakefence.testing.lakefs_server._model import (
     Page,
     Repository,
 )
-from airflow_lakefence.testing.lakefs_server._objects import ObjectsMixin
-from airflow_lakefence.testing.lakefs_server._refs import RefsMixin
+from lakefence_testing.lakefs_server._objects import ObjectsMixin
+from lakefence_testing.lakefs_server._refs import RefsMixin
 
 __all__ = ["DEFAULT_CONTENT_TYPE", "DELETE_OBJECTS_MAX", "Blob", "Commit", "Entry", "Page", "Repository", "Store"]
 

@@ -14,8 +14,8 @@ from typing import Any, BinaryIO, TypedDict
 
 from werkzeug.wrappers import Request, Response
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._render import MAX_PER_PAGE
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._render import MAX_PER_PAGE
 
 LAKEFS_VERSION = "1.86.0"  # the release the local server answers as (real_lakefs.DEFAULT_LAKEFS_VERSION)
 DEFAULT_PER_PAGE = 100

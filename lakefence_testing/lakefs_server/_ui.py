@@ -23,9 +23,9 @@ from werkzeug.exceptions import NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from airflow_lakefence.core.metadata import METADATA_PREFIX
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._store import Commit, Entry, Store
+from airflow_lakefence.core.records.metadata import METADATA_PREFIX
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._store import Commit, Entry, Store
 
 #: How many commits a ref's page shows, and how many changed paths or objects one page lists.
 RECENT_COMMITS = 20
@@ -45,7 +45,7 @@ _RULES = Map(
     strict_slashes=False,
 )
 
-# The lakefence record's keys (airflow_lakefence.core.metadata) as a reader names them, in reading order.
+# The lakefence record's keys (airflow_lakefence.core.records.metadata) as a reader names them, in reading order.
 _RECORD_LABELS = {
     "role": "Role",
     "dag_id": "DAG",
@@ -56,7 +56,7 @@ _RECORD_LABELS = {
     "ti_id": "Task instance id",
     "input_ref": "Input commit",
     "staged_commit": "Staged commit",
-    # Written by the hard fence's merge (airflow_lakefence.core.hardfence), checked by its pre-merge hook.
+    # Written by the hard fence's merge (airflow_lakefence.core.fences.hard), checked by its pre-merge hook.
     "expected_head": "Target HEAD the merge expected",
     "version": "Record format",
 }

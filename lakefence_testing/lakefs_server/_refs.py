@@ -6,9 +6,9 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._base import StoreBase
-from airflow_lakefence.testing.lakefs_server._model import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._base import StoreBase
+from lakefence_testing.lakefs_server._model import (
     FIRST_COMMIT_MESSAGE,
     NAMESPACE_RE,
     REF_RE,
@@ -21,7 +21,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     validate_repository_id,
     validate_tag_id,
 )
-from airflow_lakefence.testing.lakefs_server._tx import PROTECTION_KEY
+from lakefence_testing.lakefs_server._tx import PROTECTION_KEY
 
 
 def _protection_etag(patterns: list[str] | None) -> str:

@@ -1,9 +1,11 @@
-"""What the local lakeFS server and the fault proxy share: a TCP server on a local port, served in a daemon thread."""
+"""What the local lakeFS server and the fault proxy share: a TCP server on a local port, served in a daemon thread,
+and thread-safe named counters."""
 
 from __future__ import annotations
 
 import socketserver
 import threading
+from collections import Counter
 from types import TracebackType
 from typing import Self
 
@@ -78,3 +80,26 @@ class ThreadedServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class Tally:
+    """Named counters that threads add to: a proxy's request counts, a store's internal counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name``."""
+        with self._lock:
+            self._counts[name] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """Return the counters as they are now."""
+        with self._lock:
+            return dict(self._counts)
+
+    def clear(self) -> None:
+        """Zero every counter."""
+        with self._lock:
+            self._counts.clear()

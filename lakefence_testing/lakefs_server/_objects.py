@@ -6,9 +6,9 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from airflow_lakefence.testing.lakefs_server import _errors as errors
-from airflow_lakefence.testing.lakefs_server._base import StoreBase
-from airflow_lakefence.testing.lakefs_server._model import (
+from lakefence_testing.lakefs_server import _errors as errors
+from lakefence_testing.lakefs_server._base import StoreBase
+from lakefence_testing.lakefs_server._model import (
     DEFAULT_CONTENT_TYPE,
     Blob,
     Entry,
@@ -17,7 +17,7 @@ from airflow_lakefence.testing.lakefs_server._model import (
     paginate,
     validate_path,
 )
-from airflow_lakefence.testing.lakefs_server._tx import Tx
+from lakefence_testing.lakefs_server._tx import Tx
 
 
 def _stage_new_version(
