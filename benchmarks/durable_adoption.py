@@ -1,6 +1,6 @@
 """A worker killed halfway through a 60 s Spark job: the run's wall time with adoption vs ``durable=False``.
 
-The real-scheduler stack (tests/stack/harness.py: api-server, scheduler with the LocalExecutor,
+The real-scheduler stack (tests/stack/airflow_stack.py: api-server, scheduler with the LocalExecutor,
 dag-processor, triggerer; Airflow's metadata database on a throw-away PostgreSQL), a standalone
 Spark cluster in cluster deploy mode and the durable tier's Java job (tests/durable/cluster.py: it
 sleeps ``--job-seconds``, then writes one object into its staging branch), real lakeFS. For each
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_lakefence.lakefs_adapter.client import LakeFSClient
     from tests.durable.cluster import job_runs, running_cluster, spark_connection
     from tests.durable.stack_scenario import DAG_FILE, DAG_IDS, STACK_CONFIG, run_with_a_dead_worker
-    from tests.stack.harness import AirflowStack
+    from tests.stack.airflow_stack import AirflowStack
     from tests.stack.tier import create_repositories, lakefs_connection, running_stack
 
     home = temp_home("lakefence-durable-bench-")

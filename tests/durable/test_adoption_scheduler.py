@@ -19,7 +19,7 @@ from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from tests.durable.cluster import DurableCluster, spark_connection
 from tests.durable.stack_scenario import DAG_FILE, DAG_IDS, STACK_CONFIG, run_with_a_dead_worker, thaw
 from tests.integration.helpers import read_text, staging_branches
-from tests.stack.harness import AirflowStack, wait_for
+from tests.stack.airflow_stack import AirflowStack, wait_for
 from tests.stack.tier import lakefs_connection, running_stack
 
 pytestmark = [pytest.mark.durable, pytest.mark.scheduler, pytest.mark.spark_cluster, pytest.mark.real_lakefs]
