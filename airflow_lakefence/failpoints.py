@@ -20,6 +20,7 @@ CRASH_EXIT_CODE = 86
 #: Every boundary of the fenced publish, in protocol order.
 POINTS = (
     "after_staging_branch",
+    "mid_job",
     "after_job",
     "after_fence_1",
     "mid_upload",

@@ -17,6 +17,7 @@ Airflow nor lakeFS.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from airflow_lakefence.core.fences.publish import Action, FenceDecision, HeadSta
 from airflow_lakefence.core.names.keys import AttemptId
 from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.names.staging_names import staging_branch_name
-from airflow_lakefence.core.ports import AttemptFencePort, LakeFSPort
+from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
 from airflow_lakefence.core.publication.publisher import Publisher, supersedes
 from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.records.metadata import output_prefixes_metadata
@@ -54,9 +55,26 @@ from airflow_lakefence.core.request import (
     resolve_input,
     seconds,
 )
+from airflow_lakefence.core.staging.adoption import (
+    AdoptionDecision,
+    DurableJobPort,
+    JobRecord,
+    JobStatus,
+    adopted_by_later_try,
+    adoption_metadata,
+    decide_adoption,
+    job_records,
+    record_job,
+)
 from airflow_lakefence.core.staging.evidence import MARKER_TRIES, Evidence
 from airflow_lakefence.core.staging.stage import StagingArea, Workspace
-from airflow_lakefence.exceptions import JobError, PublishFenceError
+from airflow_lakefence.exceptions import (
+    JobError,
+    LakeFenceError,
+    LakeFSNotFoundError,
+    PublishFenceError,
+    StaleAttemptError,
+)
 
 __all__ = [
     "DECISION_READ_ONLY",
@@ -136,13 +154,16 @@ class PublishEngine:
         self.job_error = job_error
         self.clock = clock
         self.run_state: RunStatePort = run_state if run_state is not None else MemoryRunState()
+        self._job_id: str | None = None  # the durable job this try submitted or adopted
 
-    def run(self, job: Job, reporter: Reporter | None = None) -> PublishResult:
+    def run(self, job: Job, reporter: Reporter | None = None, durable: DurableJobPort | None = None) -> PublishResult:
         """Run the attempt (steps 1 to 12).
 
         :param job: the job, given the attempt's locations; it writes the workspace or the staging branch.
         :param reporter: told the superseded publication, the staging branch, the evidence branches and
             the outcome as they happen (see :class:`~airflow_lakefence.core.records.reporting.Reporter`).
+        :param durable: the adapter's durable jobs, when its job outlives its process: then a retry may
+            adopt an earlier try's job (docs/protocol.md, "Adoption").
         :return: the outcome.
         :raises LakeFenceError: a subclass naming the failure; nothing half-published.
         """
@@ -154,13 +175,24 @@ class PublishEngine:
         input_commit = check_input(self.lakefs, req, target_head, attempt, pinned)  # step 1: the input
         superseded = self._check_before_job(target_head, input_commit, attempt, tell)  # step 1: the target
         area.list_replaced(input_commit)  # step 1: no Delta table under a replaced prefix (read once)
-        evidence.remove_earlier_branches(attempt, staging)  # step 3
+        adoption = self._decide_adoption(durable, guard, attempt, staging, input_commit)
+        adopted = adoption is not None and adoption.adopt
+        if adopted:
+            assert adoption is not None and adoption.record is not None and durable is not None
+            staging = self._adopt(adoption.record, attempt, guard, area, publisher)
+            durable.adopt(adoption.record)
+        evidence.remove_earlier_branches(attempt, staging)  # step 3 (an adopted branch is this try's now)
+        if durable is not None:
+            guard.keep = self._keeper(durable, attempt, staging)
         # The pin and the hard fence's check need nothing from the staging branch, nor it from them:
         # all three are sent side by side (one round trip), and the job starts only once all landed.
         pinning = in_background(self._pin, pinned, input_commit)
         checking = in_background(publisher.check_hard_fence, input_commit, target_head)
         try:
-            area.create(staging, input_commit)
+            if not adopted:
+                area.create(staging, input_commit)
+                if durable is not None:
+                    durable.submit_fresh(self._submission_recorder(attempt, staging, input_commit))
         except BaseException:
             _settle(pinning, checking)
             raise
@@ -200,6 +232,105 @@ class PublishEngine:
         """Step 1: pin the input for every later try of the run, unless an earlier try pinned it."""
         if pinned is None:
             pin_input(self.run_state, self.request.input_ref, input_commit)
+
+    def _decide_adoption(
+        self, durable: DurableJobPort | None, guard: AttemptGuard, attempt: AttemptId, staging: str, input_commit: str
+    ) -> AdoptionDecision | None:
+        """Adoption: does this try wait for an earlier try's durable job instead of running a new one?"""
+        if durable is None or attempt.try_number <= 1:  # a first try has no earlier job to adopt
+            return None
+        repo = self.request.repository
+
+        def head(branch: str) -> CommitInfo | None:
+            try:
+                return self.lakefs.get_commit(repo, branch)
+            except LakeFSNotFoundError:
+                return None
+
+        with guard.run_state_may_be_archived("before the job", staging):
+            records = job_records(self.run_state)
+        decision = decide_adoption(
+            attempt,
+            write_mode=self.request.write_mode,
+            input_commit=input_commit,
+            records=records,
+            stored_job_id=durable.stored_job_id(),
+            job_status=durable.job_status,
+            branch_head=head,
+        )
+        self.log.info("lakefence adoption: %s (%s)", decision.reason, decision.code)
+        return decision
+
+    def _adopt(
+        self, record: JobRecord, attempt: AttemptId, guard: AttemptGuard, area: StagingArea, publisher: Publisher
+    ) -> str:
+        """Take over an earlier try's job and staging branch; return the branch.
+
+        The adoption is recorded (write-once, as this try's job record) before anything is waited
+        for: the earlier process, should it still run, then neither deletes the branch nor kills
+        the job, and the next try knows whose job it is. The commits this try writes say who
+        submitted the job and who publishes it.
+        """
+        staging = record.staging_branch
+        guard.ensure_current("before adopting", staging)  # the earlier try is gone only while this one is current
+        adopted = JobRecord(
+            attempt.try_number, attempt.ti_id, record.job_id, staging, record.input_commit, record.submitted_by
+        )
+        with guard.run_state_may_be_archived("before the job", staging):
+            stored = record_job(self.run_state, adopted)
+        if stored != adopted:
+            raise StaleAttemptError(f"another try recorded job {stored} for try {attempt.try_number}")
+        metadata = {**(self.request.commit_metadata or {}), **adoption_metadata(record, attempt)}
+        self.request = dataclasses.replace(self.request, commit_metadata=metadata)
+        area.request = publisher.request = self.request
+        self._job_id = record.job_id
+        return staging
+
+    def _submission_recorder(self, attempt: AttemptId, staging: str, input_commit: str) -> Callable[[str], None]:
+        """What the adapter calls with a new job's id, before waiting for it: this try's job record."""
+
+        def submitted(job_id: str) -> None:
+            record = JobRecord(attempt.try_number, attempt.ti_id, job_id, staging, input_commit, attempt.try_number)
+            self._job_id = job_id
+            try:
+                record_job(self.run_state, record)
+            except LakeFenceError as exc:  # the job runs on; a retry just cannot adopt it
+                self.log.warning("Could not record job %s in the run state: %s (no retry adopts it)", job_id, exc)
+
+        return submitted
+
+    def _keeper(self, durable: DurableJobPort, attempt: AttemptId, staging: str) -> Callable[[str], bool]:
+        """Whether a failing or stale attempt keeps its staging branch for its durable job.
+
+        Kept when a later try adopted it (it is that try's now), or when this try is still current
+        and its job still runs or succeeded (the try failed, not the job: the next try may adopt
+        both). A run state that cannot be read keeps it too (the cleaner deletes a leftover; a
+        deleted branch under an adopter would cost its job).
+        """
+
+        def keep(branch: str) -> bool:
+            if branch != staging:
+                return False
+            try:
+                reread = getattr(self.run_state, "reloaded", None)
+                later = adopted_by_later_try(reread() if reread else self.run_state, attempt, branch)
+            except LakeFenceError as exc:
+                self.log.warning("Keeping staging branch %s: the run state could not be read (%s)", branch, exc)
+                return True
+            if later is not None:
+                self.log.info("Keeping staging branch %s: try %d adopted it", branch, later.try_number)
+                return True
+            job_id = self._job_id
+            if job_id is None or self.attempt_fence.stale_reason() is not None:
+                return False
+            if durable.job_status(job_id) in (JobStatus.ACTIVE, JobStatus.SUCCEEDED):
+                self.log.info(
+                    "Keeping staging branch %s: job %s outlives this try (for a retry to adopt)", branch, job_id
+                )
+                return True
+            return False
+
+        return keep
 
     def _arm(self, guard: AttemptGuard) -> tuple[AttemptId, str, HeadState, str | None]:
         """Steps 1 and 2: read the target while arming the attempt fence; the input an earlier try pinned."""

@@ -133,6 +133,10 @@ class LakeFSRunState:
         self._key_metadata = _encode([key.dag_id, key.run_id, key.task_id, key.map_index])
         self._values: dict[str, Any] | None = {} if fresh else None
 
+    def reloaded(self) -> LakeFSRunState:
+        """The same run state, read afresh on first use (what other tries wrote since is seen)."""
+        return LakeFSRunState(self.client, self.repository, self.key, source_branch=self.source_branch, fresh=False)
+
     def _load(self) -> dict[str, Any]:
         if self._values is None:
             try:

@@ -32,6 +32,7 @@ from airflow_lakefence.core.engine import (
 from airflow_lakefence.core.fences.scope import Scope, parse_scope
 from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.request import PublishOptions
+from airflow_lakefence.core.staging.adoption import DurableJobPort
 from airflow_lakefence.core.staging.delta_tables import DeltaTableOutput
 from airflow_lakefence.exceptions import InvalidInputError, JobError
 from airflow_lakefence.hooks.lakefs import LakeFSHook
@@ -239,6 +240,7 @@ class FencedPublishOperatorBase(BaseOperator):
         # same validator runs again in each try on the rendered values.
         self._request(self.output_tables).validated(parse_time=True)
         self._fence: AttemptFence | None = None
+        self._run_state: LakeFSRunState | None = None
         self._outcome: PublishResult | None = None
         # Declared as they are, so Airflow knows this task produces them (the Assets view, the
         # graph); their events are emitted only when the attempt published (see _emit_asset_events).
@@ -309,6 +311,13 @@ class FencedPublishOperatorBase(BaseOperator):
         """
         raise NotImplementedError
 
+    def durable_jobs(self, context: Any) -> DurableJobPort | None:
+        """The adapter's durable jobs, when its job outlives its process (a retry may adopt it).
+
+        :param context: the Airflow context.
+        """
+        return None
+
     # -- the protocol -----------------------------------------------------------------------------
 
     def execute(self, context: Any) -> str:
@@ -324,6 +333,13 @@ class FencedPublishOperatorBase(BaseOperator):
         if timeout is not None:
             request = dataclasses.replace(request, deadline=time.monotonic() + timeout)
         fence = self._fence = AttemptFence(context, grace_period=self.options.stale_grace_period)
+        run_state = self._run_state = LakeFSRunState(
+            self.lakefs,
+            self.repository,
+            fence.attempt.key,
+            source_branch=self.target_branch,
+            fresh=fence.attempt.try_number <= 1,
+        )
         engine = PublishEngine(
             self.lakefs,
             fence,
@@ -331,20 +347,14 @@ class FencedPublishOperatorBase(BaseOperator):
             log=self.log,
             job_name=self.job_name,
             job_error=self.job_error,
-            run_state=LakeFSRunState(
-                self.lakefs,
-                self.repository,
-                fence.attempt.key,
-                source_branch=self.target_branch,
-                fresh=fence.attempt.try_number <= 1,
-            ),
+            run_state=run_state,
         )
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
         reporter = AirflowReporter(context, published=functools.partial(self._report, context))
         try:
-            result = engine.run(functools.partial(self.run_job, context), reporter)
+            result = engine.run(functools.partial(self.run_job, context), reporter, durable=self.durable_jobs(context))
         except Exception as exc:
             # A fail-closed error names the staging branch it kept; any other failure deleted it,
             # and the link must not point at a branch that is gone.

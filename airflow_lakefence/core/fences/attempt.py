@@ -81,6 +81,9 @@ class AttemptGuard:
     clock: Callable[[], float]
     publish_budget: float | None = None
     deadline: float | None = None
+    #: Asked before a failing or stale attempt drops a branch: ``True`` keeps it (a durable job's
+    #: staging branch that a later try adopted, or may adopt).
+    keep: Callable[[str], bool] | None = None
     _deleted: set[str] = field(default_factory=set, init=False)
 
     def ensure_current(self, where: str, staging: str) -> None:
@@ -202,6 +205,8 @@ class AttemptGuard:
         if branch in self._deleted:
             return
         self._deleted.add(branch)
+        if self.keep is not None and self.keep(branch):
+            return
         self._delete(branch)
 
     def _delete(self, branch: str) -> None:

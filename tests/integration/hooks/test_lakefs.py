@@ -92,5 +92,9 @@ def test_arguments_that_can_never_work_fail_at_parse_time(kwargs: dict[str, Any]
         FencedSparkPublishOperator(**{**BASE, **kwargs})
 
 
-def test_durable_is_forced_off() -> None:
-    assert FencedSparkPublishOperator(**BASE, durable=True).durable is False
+def test_durable_follows_the_provider() -> None:
+    """The provider's default (True on Airflow 3.3, always off below), and False when asked."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    assert FencedSparkPublishOperator(**BASE).durable is SparkSubmitOperator(task_id="plain").durable
+    assert FencedSparkPublishOperator(**BASE, durable=False).durable is False
