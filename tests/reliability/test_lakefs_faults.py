@@ -94,14 +94,16 @@ CALLS = [
 #: lakeFS calls of each scenario without faults (``replace``: both tries).
 #: Each uploadObject count holds the run state's record of the try that reported (one; the try that died
 #: after publishing wrote none), and the retry reads the run state once (listObjects).
+# Each first try reads the input's action file once (hard_fence="auto", the default, on an input that does
+# not vouch for the fence either way); try 2 of "replace" learns it from try 1's publication (no read).
 BASELINE = {
     "workspace": {"getCommit": 3, "createBranch": 1, "uploadObject": 2 + 1, "commit": 1, "mergeIntoBranch": 1,
-                  "deleteBranch": 1},
+                  "deleteBranch": 1, "getObject": 1},
     # output_mode="replace" lists the declared prefix at the input once (what the job did not write goes).
     "direct": {"getCommit": 3, "createBranch": 1, "uploadObject": 2 + 1, "diffBranch": 1, "listObjects": 1,
-               "commit": 1, "mergeIntoBranch": 1, "deleteBranch": 1},
+               "commit": 1, "mergeIntoBranch": 1, "deleteBranch": 1, "getObject": 1},
     "replace": {"getCommit": 6, "createBranch": 2, "uploadObject": 6 + 1, "commit": 2, "mergeIntoBranch": 1,
-                "deleteBranch": 2, "listBranches": 1, "hardResetBranch": 1, "listObjects": 1},
+                "deleteBranch": 2, "listBranches": 1, "hardResetBranch": 1, "listObjects": 1, "getObject": 1},
 }  # fmt: skip
 
 #: The decision the task reports when a write's answer was lost after it landed.
