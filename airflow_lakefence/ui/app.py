@@ -24,11 +24,12 @@ from __future__ import annotations
 import html
 import urllib.parse
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from airflow.api_fastapi.core_api.security import GetUserDep
-from fastapi import FastAPI, HTTPException, Query, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
 from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
@@ -75,25 +76,52 @@ def _readable_dag_ids(user: Any, dag_id: str | None) -> tuple[str, ...]:
     return tuple(sorted(manager.get_authorized_dag_ids(user=user, method="GET")))
 
 
-def _page(
-    user: Any,
-    dag_id: str | None,
-    task_id: str | None,
-    run_id: str | None,
-    map_index: int | None,
-    repository: str | None,
-    branch: str | None,
-    offset: int,
-    limit: int,
-) -> tuple[PageResult, int, str]:
+@dataclass
+class PageParams:
+    """The query parameters of a page, shared by the JSON API and the HTML view.
+
+    :param dag_id: only this DAG's publications.
+    :param task_id: only this task's.
+    :param run_id: only this run's.
+    :param map_index: only this map index's.
+    :param repository: only publications into this repository.
+    :param branch: only publications into this branch.
+    :param decision: only rows with this decision (applied to the page read).
+    :param offset: the first task instance of the page, newest first.
+    :param limit: how many task instances the page holds.
+    """
+
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    map_index: str | None = None
+    repository: str | None = None
+    branch: str | None = None
+    decision: str | None = None
+    offset: int = Query(0, ge=0)
+    limit: int = Query(20, ge=1, le=MAX_LIMIT)
+
+
+def _page(user: Any, params: PageParams) -> tuple[list[PublicationRow], PageResult, int, str]:
+    """The page's rows (the decision filter applied), what was read, the task instances in all, the lakeFS UI."""
     from airflow.utils.session import create_session
 
-    dag_ids = _readable_dag_ids(user, dag_id)
-    query = PageQuery(dag_ids, task_id, run_id, map_index, repository, branch, offset, limit)
+    dag_ids = _readable_dag_ids(user, _filled(params.dag_id))
+    query = PageQuery(
+        dag_ids,
+        _filled(params.task_id),
+        _filled(params.run_id),
+        _map_index(params.map_index),
+        params.repository,
+        params.branch,
+        params.offset,
+        params.limit,
+    )
     with create_session() as session:
         facts, total = task_instance_page(session, query, _conf("publications_staging_prefix", "lakefence"))
     history, ui_base = reader()
-    return history.read(facts), total, ui_base
+    result = history.read(facts)
+    return list(_rows(result, params.decision)), result, total, ui_base
 
 
 def links(ui_base: str, row: PublicationRow) -> dict[str, str]:
@@ -149,38 +177,16 @@ def create_app() -> FastAPI:
     app = FastAPI(title="lakeFence publications", description=__doc__)
 
     @app.get("/api/publications")
-    def publications(
-        user: GetUserDep,
-        dag_id: str | None = None,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        map_index: str | None = None,
-        repository: str | None = None,
-        branch: str | None = None,
-        decision: str | None = None,
-        offset: int = Query(0, ge=0),
-        limit: int = Query(20, ge=1, le=MAX_LIMIT),
-    ) -> dict[str, Any]:
+    def publications(user: GetUserDep, params: Annotated[PageParams, Depends()]) -> dict[str, Any]:
         """The publication history rows of a page (see the module's docstring)."""
-        result, total, ui_base = _page(
-            user,
-            _filled(dag_id),
-            _filled(task_id),
-            _filled(run_id),
-            _map_index(map_index),
-            repository,
-            branch,
-            offset,
-            limit,
-        )
-        rows = list(_rows(result, decision))
+        rows, result, total, ui_base = _page(user, params)
         task_instances = len({(r.dag_id, r.run_id, r.task_id, r.map_index) for r in result.rows})
         published = len({(r.repository, r.output_ref) for r in result.rows if r.output_ref})
         return {
             "rows": [{**r.to_dict(), "links": links(ui_base, r)} for r in rows],
             "total_task_instances": total,
-            "offset": offset,
-            "limit": limit,
+            "offset": params.offset,
+            "limit": params.limit,
             "lakefs_calls": result.calls,
             "lakefs_calls_bound": calls_bound(task_instances, published),
             "cache_seconds": CACHE_SECONDS,
@@ -188,34 +194,11 @@ def create_app() -> FastAPI:
         }
 
     @app.get("/view", response_class=HTMLResponse)
-    def view(
-        request: Request,
-        user: GetUserDep,
-        dag_id: str | None = None,
-        task_id: str | None = None,
-        run_id: str | None = None,
-        map_index: str | None = None,
-        repository: str | None = None,
-        branch: str | None = None,
-        decision: str | None = None,
-        offset: int = Query(0, ge=0),
-        limit: int = Query(20, ge=1, le=MAX_LIMIT),
-    ) -> HTMLResponse:
+    def view(request: Request, user: GetUserDep, params: Annotated[PageParams, Depends()]) -> HTMLResponse:
         """The rows as an HTML page."""
-        result, total, ui_base = _page(
-            user,
-            _filled(dag_id),
-            _filled(task_id),
-            _filled(run_id),
-            _map_index(map_index),
-            repository,
-            branch,
-            offset,
-            limit,
-        )
-        rows = list(_rows(result, decision))
-        params = {k: v for k, v in request.query_params.items() if k != "offset"}
-        return HTMLResponse(render_page(rows, ui_base, total, offset, limit, result, params))
+        rows, result, total, ui_base = _page(user, params)
+        query = {k: v for k, v in request.query_params.items() if k != "offset"}
+        return HTMLResponse(render_page(rows, ui_base, total, params.offset, params.limit, result, query))
 
     return app
 
