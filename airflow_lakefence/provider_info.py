@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_lakefence import __version__
-from airflow_lakefence.ui import PROVIDER_PLUGINS
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -91,7 +90,6 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_lakefence.links.lakefs.LakeFSPublicationsLink",
             "airflow_lakefence.links.lakefs.LakeFSSensorCommitLink",
         ],
-        "plugins": PROVIDER_PLUGINS,
         "asset-uris": [
             {
                 "schemes": ["lakefs"],

@@ -6,10 +6,5 @@
 :mod:`~airflow_lakefence.ui.plugin` registers it with Airflow 3.1+.
 """
 
-#: What ``get_provider_info()`` lists under ``plugins`` (kept here, free of imports, so that reading
-#: the provider info loads nothing of the view).
-PROVIDER_PLUGINS = [
-    {"name": "lakefence_publications", "plugin-class": "airflow_lakefence.ui.plugin.LakeFencePublicationsPlugin"}
-]
 #: Where the API server mounts the view's app.
 URL_PREFIX = "/lakefence"

@@ -1,5 +1,8 @@
-"""The Airflow plugin of the "lakeFS publications" view, registered through the provider info's
-``plugins`` entry (:data:`airflow_lakefence.ui.PROVIDER_PLUGINS`) and an ``airflow.plugins`` entry point.
+"""The Airflow plugin of the "lakeFS publications" view, registered by the ``airflow.plugins`` entry
+point only: listed in the provider info as well, it would be registered twice where Airflow reads
+providers' plugins (``lazy_discover_providers = False``), and Airflow 3.3's Task SDK stops registering
+a batch of plugins at the first name it has seen (``return``, not ``continue``), which drops the
+plugins after it, OpenLineage's listener among them.
 
 On Airflow 3.0 only the app is mounted (the extra link opens its page); Airflow 2 has neither.
 It mounts :func:`airflow_lakefence.ui.app.create_app` at :data:`~airflow_lakefence.ui.URL_PREFIX`

@@ -159,10 +159,17 @@ def test_openlineage_events_through_the_file_transport(
     # The OpenLineage listener registers when Airflow loads its plugins: a fresh process with the
     # transport configured, on the same metadata DB.
     dag_file = str(DAGS_FOLDER / "testdags" / "fenced_test_dags.py")
+    # The DAG file imports the tests' helpers: reach them through a folder holding only ``tests``. The
+    # repository's root would also show the editable install's egg-info, a second copy of the
+    # distribution, and with it the view's plugin twice: Airflow 3.3's Task SDK then stops registering
+    # entry-point plugins at the second copy, OpenLineage's listener among them.
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "tests").symlink_to(Path(__file__).resolve().parents[2])
     script = textwrap.dedent(
         f"""
         import importlib.util, json, sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+        sys.path.insert(0, {str(helpers)!r})
         spec = importlib.util.spec_from_file_location("lineage_dags", {dag_file!r})
         module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
         conf = {{"repository": "lakefence-assets", "target": "main", "input_ref": {input_commit!r},
