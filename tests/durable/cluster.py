@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.spark.conftest import _free_port, _wait_for
+from tests.spark.conftest import _free_port, standalone_master_and_worker
 
 HERE = Path(__file__).resolve().parent
 
@@ -102,48 +102,17 @@ def running_cluster(access_key_id: str, secret_access_key: str) -> Iterator[Dura
             "SPARK_MASTER_OPTS": f"-Dspark.master.rest.enabled=true -Dspark.master.rest.port={rest_port}",
         }
     )
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
-    master_log, worker_log = root / "master.log", root / "worker.log"
     worker_env = {
         **env,
         "LAKEFS_ACCESS_KEY_ID": access_key_id,
         "LAKEFS_SECRET_ACCESS_KEY": secret_access_key,
     }
     try:
-        with master_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(port), "--webui-port", str(ui_port)],
-                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )  # fmt: skip
-        _wait_for(lambda: "I have been elected leader" in master_log.read_text(errors="replace"), "master", 90, procs)
-        with worker_log.open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()), master_url],
-                    env=worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )  # fmt: skip
-        _wait_for(
-            lambda: "Successfully registered with master" in worker_log.read_text(errors="replace"),
-            "worker registration",
-            90,
-            procs,
-        )
-        yield DurableCluster(master_url, rest_port, ui_port, jar, root)
+        with standalone_master_and_worker(
+            spark_class, root, env, port=port, ui_port=ui_port, worker_env=worker_env
+        ) as master_url:
+            yield DurableCluster(master_url, rest_port, ui_port, jar, root)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         shutil.rmtree(root, ignore_errors=True)
 
 

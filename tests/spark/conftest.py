@@ -7,6 +7,7 @@ tests skip. hadoop-aws comes from Maven through ``spark-submit --packages`` (Ivy
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -138,7 +139,30 @@ def spark_cluster() -> Iterator[SparkCluster]:
             "PYSPARK_PYTHON": sys.executable,
         }
     )
-    port = _free_port()
+    with standalone_master_and_worker(spark_class, root, env) as master_url:
+        yield SparkCluster(master_url, root)
+
+@contextlib.contextmanager
+def standalone_master_and_worker(
+    spark_class: Path,
+    root: Path,
+    env: dict[str, str],
+    *,
+    port: int | None = None,
+    ui_port: int | None = None,
+    worker_env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """A standalone master and one worker (2 cores, 1 GiB) on loopback, logging under ``root``; yields
+    the master's URL and stops both when the block ends.
+
+    :param spark_class: PySpark's ``bin/spark-class``.
+    :param root: where the logs go.
+    :param env: the daemons' environment.
+    :param port: the master's port (a free one when ``None``).
+    :param ui_port: the master's web UI port (a free one when ``None``).
+    :param worker_env: the worker's environment, when it differs from ``env``.
+    """
+    port = port or _free_port()
     master_url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     master_log, worker_log = root / "master.log", root / "worker.log"
@@ -147,7 +171,7 @@ def spark_cluster() -> Iterator[SparkCluster]:
             procs.append(
                 subprocess.Popen(
                     [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(port), "--webui-port", str(_free_port())],
+                     "--port", str(port), "--webui-port", str(ui_port or _free_port())],
                     env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             )  # fmt: skip
@@ -157,7 +181,7 @@ def spark_cluster() -> Iterator[SparkCluster]:
                 subprocess.Popen(
                     [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                      "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()), master_url],
-                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    env=worker_env or env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             )  # fmt: skip
         _wait_for(
@@ -166,7 +190,7 @@ def spark_cluster() -> Iterator[SparkCluster]:
             90,
             procs,
         )
-        yield SparkCluster(master_url, root)
+        yield master_url
     finally:
         for proc in reversed(procs):
             proc.terminate()
