@@ -25,6 +25,13 @@ Environment:
   version). Without it a wrapper module is generated for ``LAKEFENCE_LAKEFS_VERSION``
   (default :data:`DEFAULT_LAKEFS_VERSION`) from lakeFS's own ``go.mod``/``go.sum``.
 - ``LAKEFENCE_CACHE_DIR``: the cache directory (default ``$XDG_CACHE_HOME/airflow-lakefence``).
+- ``LAKEFENCE_LAKEFS_WEB_UI``: ``1`` builds lakeFS with its web UI (required: a build without ``npm``
+  fails), ``0`` without it; unset, with it where ``npm`` is on PATH. lakeFS embeds its UI from
+  ``webui/dist``, which its Go module ships empty ("lakeFS UI Not Built"): the build copies the
+  module's source, builds the UI there with ``npm ci`` and ``npm run build`` from lakeFS's own
+  lock file, and builds the wrapper module against that copy (a ``replace`` line). The binary is
+  cached apart (``lakefs-v<version>-webui``), so the links the provider gives into lakeFS's UI can
+  be opened on real lakeFS.
 - ``LAKEFENCE_REAL_LAKEFS_KV``: ``local`` (default) or ``postgres``, the KV store of every
   :class:`RealLakeFS` not given one explicitly (CI sets ``postgres``).
 
@@ -67,6 +74,7 @@ BINARY_ENV = "LAKEFENCE_LAKEFS_BINARY"
 GO_MODULE_ENV = "LAKEFENCE_LAKEFS_GO_MODULE"
 VERSION_ENV = "LAKEFENCE_LAKEFS_VERSION"
 CACHE_ENV = "LAKEFENCE_CACHE_DIR"
+WEB_UI_ENV = "LAKEFENCE_LAKEFS_WEB_UI"
 KV_ENV = "LAKEFENCE_REAL_LAKEFS_KV"
 #: The KV stores :class:`RealLakeFS` can run on.
 KV_STORES = ("local", "postgres")
@@ -159,8 +167,55 @@ def _generate_module(go: str, version: str, target: Path, log: IO[str]) -> Path:
     return target
 
 
+def wants_web_ui() -> bool:
+    """Return whether lakeFS is built with its web UI (``LAKEFENCE_LAKEFS_WEB_UI``; unset: ``npm`` on PATH).
+
+    :raises RealLakeFSError: for a value other than ``0`` or ``1``.
+    """
+    configured = os.environ.get(WEB_UI_ENV, "").strip()
+    if configured not in ("", "0", "1"):
+        raise RealLakeFSError(f"{WEB_UI_ENV}={configured!r}: use 1 (with lakeFS's web UI) or 0 (without)")
+    return configured == "1" or (configured == "" and shutil.which("npm") is not None)
+
+
+def _with_web_ui(go: str, version: str, module: Path, home: Path, log: IO[str]) -> Path:
+    """Return a copy of ``module`` built against a copy of lakeFS's source whose web UI is built."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RealLakeFSError(
+            f"{WEB_UI_ENV}=1 but `npm` is not on PATH: install Node.js >= 20.19 with npm to build lakeFS's "
+            f"web UI, or set {WEB_UI_ENV}=0"
+        )
+    info = json.loads(_run([go, "mod", "download", "-json", f"{LAKEFS_MODULE}@v{version}"], module, log))
+    source = home / "src"
+    if source.exists():
+        shutil.rmtree(source)
+    # The module cache is read-only, and its webui/dist holds only a placeholder.
+    shutil.copytree(info["Dir"], source, ignore=shutil.ignore_patterns("node_modules"))
+    for path in [source, *source.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    webui = source / "webui"
+    _run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], webui, log)
+    _run([npm, "run", "build"], webui, log)
+    if not (webui / "dist" / "index.html").exists():
+        raise RealLakeFSError(f"lakeFS's web UI build left no {webui / 'dist' / 'index.html'}")
+    built = home / "module-webui"
+    if built.exists():
+        shutil.rmtree(built)
+    built.mkdir()
+    for name in ("go.mod", "go.sum", "main.go"):
+        shutil.copyfile(module / name, built / name)
+    with open(built / "go.mod", "a") as go_mod:
+        go_mod.write(f"\nreplace {LAKEFS_MODULE} => {source}\n")
+    return built
+
+
 def ensure_lakefs_binary(
-    module_dir: str | os.PathLike[str] | None = None, version: str | None = None, log: IO[str] | None = None
+    module_dir: str | os.PathLike[str] | None = None,
+    version: str | None = None,
+    log: IO[str] | None = None,
+    *,
+    web_ui: bool | None = None,
 ) -> Path:
     """Return a lakeFS binary, building it once per version into :func:`cache_dir`.
 
@@ -169,6 +224,7 @@ def ensure_lakefs_binary(
     :param version: the lakeFS version when no module is given (default
         ``$LAKEFENCE_LAKEFS_VERSION`` or :data:`DEFAULT_LAKEFS_VERSION`).
     :param log: where the build's commands and output go (default ``build.log`` in the cache).
+    :param web_ui: build lakeFS with its web UI (default :func:`wants_web_ui`).
     :raises GoToolchainMissingError: without ``go`` (and without a cached binary).
     :raises RealLakeFSError: if the build fails.
     """
@@ -181,7 +237,9 @@ def ensure_lakefs_binary(
     if module:
         version = module_version(module)
     version = (version or os.environ.get(VERSION_ENV) or DEFAULT_LAKEFS_VERSION).removeprefix("v")
-    home = cache_dir() / f"lakefs-v{version}"
+    if web_ui is None:
+        web_ui = wants_web_ui()
+    home = cache_dir() / (f"lakefs-v{version}-webui" if web_ui else f"lakefs-v{version}")
     binary = home / "lakefs"
     if binary.exists():
         return binary
@@ -195,6 +253,8 @@ def ensure_lakefs_binary(
         with contextlib.ExitStack() as stack:
             out = log if log is not None else stack.enter_context(open(home / "build.log", "a"))
             source = Path(module) if module else _generate_module(go, version, home / "module", out)
+            if web_ui:
+                source = _with_web_ui(go, version, source.resolve(), home, out)
             partial = home / f"lakefs.partial-{os.getpid()}"
             _run(
                 [go, "build", "-ldflags", f"-X {LAKEFS_MODULE}/pkg/version.Version={version}", "-o", str(partial), "."],
@@ -202,6 +262,9 @@ def ensure_lakefs_binary(
                 out,
             )
             partial.replace(binary)
+        if web_ui:
+            # The UI's node_modules alone take about 700 MB; the binary embeds what it needs.
+            shutil.rmtree(home / "src", ignore_errors=True)
     return binary
 
 
