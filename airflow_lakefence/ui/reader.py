@@ -54,7 +54,6 @@ from airflow_lakefence.core.records.run_state import EVIDENCE_KEY, PUBLISHED_KEY
 from airflow_lakefence.exceptions import LakeFenceError, LakeFSNotFoundError
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state
-from airflow_lakefence.triggers.probes import probe_abandoned
 
 #: How long a page's answer is reused (seconds).
 CACHE_SECONDS = 15.0
@@ -270,6 +269,10 @@ class HistoryReader:
 
     @staticmethod
     def _probe(client: Any, view: _PageView, target: _Target) -> tuple[Judgement | None, str | None]:
+        # The sensor's own poke; imported here: the triggers package imports Airflow's trigger classes,
+        # which a page without a probe (and the reader's importers) need not load.
+        from airflow_lakefence.triggers.probes import probe_abandoned
+
         repository, branch, prefixes, dag_id, task_id, staging_prefix = target
         try:
             judgement = probe_abandoned(
