@@ -149,8 +149,9 @@ def task_instance_page(
     :param staging_prefix: the staging branch prefix the publishers use.
     """
     from airflow.models.dagrun import DagRun
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
     from airflow.models.taskinstance import TaskInstance as TI
-    from sqlalchemy import false, func, not_, or_, select, tuple_
+    from sqlalchemy import exists, false, func, not_, or_, select, tuple_
 
     rendered_rows = _rendered(session, query.dag_ids)
     tasks = _newest(rendered_rows)
@@ -162,14 +163,17 @@ def task_instance_page(
     if query.repository is not None or query.branch is not None:
         # Each task instance by its own rendered fields; one whose fields Airflow pruned by its task's newest.
         columns = tuple_(TI.dag_id, TI.run_id, TI.task_id, TI.map_index)
-        own = [i for i, _ in rendered_rows if (i[0], i[2]) in tasks]
         matching = [i for i, fields in rendered_rows if (i[0], i[2]) in tasks and _published_where(query, fields)]
         fallback = [k for k, v in tasks.items() if _published_where(query, v)]
         pruned: Any = false()
         if fallback:
-            pruned = tuple_(TI.dag_id, TI.task_id).in_(fallback)
-            if own:
-                pruned = pruned & not_(columns.in_(own))
+            kept = (
+                (RTIF.dag_id == TI.dag_id)
+                & (RTIF.run_id == TI.run_id)
+                & (RTIF.task_id == TI.task_id)
+                & (RTIF.map_index == TI.map_index)
+            )
+            pruned = tuple_(TI.dag_id, TI.task_id).in_(fallback) & not_(exists().where(kept))
         where.append(or_(columns.in_(matching) if matching else false(), pruned))
     if query.run_id is not None:
         where.append(TI.run_id == query.run_id)

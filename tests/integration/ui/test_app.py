@@ -232,6 +232,15 @@ def test_the_filters_apply_before_the_page_is_cut(api: Any, scenario: dict[str, 
         "/lakefence/api/publications", params={**params, "branch": "not-main"}, headers=headers
     ).json()
     assert elsewhere["total_task_instances"] == 0 and elsewhere["rows"] == []
+    # A task instance whose rendered fields Airflow pruned is matched by its task's newest ones.
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(RenderedTaskInstanceFields).filter_by(dag_id=failed.dag_id, run_id=failed.run_id).delete()
+    pruned = api.get("/lakefence/api/publications", params={**params, "offset": 1}, headers=headers).json()
+    assert pruned["total_task_instances"] == 2
+    assert [(r["run_id"], r["repository"]) for r in pruned["rows"]] == [(failed.run_id, repo.id)]
 
 
 def test_the_html_view_lists_the_rows(api: Any, scenario: dict[str, Any]) -> None:
