@@ -38,10 +38,15 @@ def test_a_secret_quoted_by_an_error_never_reaches_the_run_state(
     repo.branch(staging).create(input_commit)
     state = LakeFSRunState(hook.client, repo.id, key, source_branch="main", fresh=True)
     evidence = Evidence(hook.client, state, repo.id, "lakefence", logging.getLogger(__name__), redact=hook.redact)
-    # An error quoting the connection's key pair (say, a pre-merge hook that printed its environment),
-    # and more than a record keeps.
+    # Another secret Airflow was asked to mask in the task log (another connection's password).
+    from airflow.sdk.log import mask_secret
+
+    other = "another-connection-s3cr3t"
+    mask_secret(other)
+    # An error quoting them (say, a pre-merge hook that printed its environment), longer than a record keeps.
     error = PublishFenceError(
-        f"refused by a hook: LAKEFS_SECRET_ACCESS_KEY={secret} key={key_id}\n" + "x" * 2000, staging_branch=staging
+        f"refused by a hook: LAKEFS_SECRET_ACCESS_KEY={secret} key={key_id} other={other}\n" + "x" * 2000,
+        staging_branch=staging,
     )
     evidence.keep(attempt, staging, input_commit, error, SilentReporter())
 
@@ -49,7 +54,7 @@ def test_a_secret_quoted_by_an_error_never_reaches_the_run_state(
     (entry,) = [v for k, v in records.items() if k.startswith("evidence/")]
     assert entry["error"] == "PublishFenceError" and entry["try_number"] == 1
     message = entry["message"]
-    assert message.startswith("refused by a hook: LAKEFS_SECRET_ACCESS_KEY=*** key=***")
+    assert message.startswith("refused by a hook: LAKEFS_SECRET_ACCESS_KEY=*** key=*** other=***")
     assert len(message) == MESSAGE_LIMIT and "\n" not in message
     # Nowhere in lakeFS: not in any record of the run state (decoded), nor on the kept branch's marker.
     everything = {
@@ -57,7 +62,7 @@ def test_a_secret_quoted_by_an_error_never_reaches_the_run_state(
     }
     marker = repo.branch(staging).get_commit()
     text = json.dumps(everything) + json.dumps(dict(marker.metadata)) + marker.message
-    assert secret not in text and key_id not in text
+    assert secret not in text and key_id not in text and other not in text
 
 
 def test_without_a_redactor_only_the_class_is_kept(seeded: tuple[lakefs.Repository, str]) -> None:
