@@ -249,6 +249,8 @@ def test_the_html_view_lists_the_rows(api: Any, scenario: dict[str, Any]) -> Non
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/html")
     assert answer.text.count("class='publication'") == 2
     assert "data-decision='merge'" in answer.text and "data-decision='fail_closed'" in answer.text
+    # The evidence's class and message.
+    assert "<b>PublishFenceError</b><div class='message'>" in answer.text
     # The page's bounds are checked before anything is read.
     for bad in ({"limit": 0}, {"limit": 101}, {"offset": -1}):
         refused = api.get("/lakefence/view", params={**params, **bad}, headers=_token(api, "viewer"))
