@@ -131,6 +131,8 @@ class PublishEngine:
     :param clock: the monotonic clock (the budget check compares it with ``request.deadline``).
     :param run_state: what the tries of one run share (the input pin, the reported publication, the
         evidence list): Airflow's ``task_state_store``; in memory when ``None`` (no pin across tries).
+    :param redact: masks secrets in a text; given, a fail-closed error's message is kept with its
+        evidence entry in the run state (redacted, bounded), else only its class.
     :raises InvalidInputError: if the request is invalid.
     """
 
@@ -145,8 +147,10 @@ class PublishEngine:
         job_error: type[JobError] = JobError,
         clock: Callable[[], float] = time.monotonic,
         run_state: RunStatePort | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.lakefs = lakefs
+        self.redact = redact
         self.attempt_fence = fence
         self.request = request.validated()
         self.log: Log = log or logging.getLogger(__name__)
@@ -390,7 +394,12 @@ class PublishEngine:
         # trip. The XCom pushes (requests to the API server) wait for the record: a record refused
         # because the try was cleared meanwhile must leave the new try's XCom alone.
         recording = in_background(
-            record_publication, self.run_state, published.output_ref, attempt.try_number, decision.action.value
+            record_publication,
+            self.run_state,
+            published.output_ref,
+            attempt.try_number,
+            decision.action.value,
+            decision.replaces,
         )
         deleting = guard.delete_in_background(staging)
         try:
@@ -434,6 +443,7 @@ class PublishEngine:
             req.staging_prefix,
             self.log,
             output_prefixes_metadata(req.scope.output_prefixes if req.scope is not None else ()),
+            self.redact,
         )
         return guard, area, publisher, evidence
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import urllib.parse
 from functools import cached_property
 from typing import Any
@@ -27,6 +28,21 @@ from airflow_lakefence.exceptions import (
 from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.errors import transport_cause
+
+
+def _airflow_redact() -> Any:
+    """Airflow's ``redact`` (its secrets masker: connection passwords it was asked to mask), if found."""
+    for module in (
+        "airflow.sdk._shared.secrets_masker",  # 3.1+
+        "airflow.sdk.execution_time.secrets_masker",  # 3.0
+        "airflow.utils.log.secrets_masker",  # 2.x
+    ):
+        try:
+            return importlib.import_module(module).redact
+        except (ImportError, AttributeError):
+            continue
+    return None
+
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -165,6 +181,25 @@ class LakeFSHook(BaseHook):
             ACCESS_KEY_ID_ENV: login,
             SECRET_ACCESS_KEY_ENV: password,
         }
+
+    def redact(self, text: str) -> str:
+        """``text`` with this connection's access key id and secret access key masked (``***``), then
+        through Airflow's secrets masker, which masks the task log: what the package may write to
+        lakeFS of an error's message.
+
+        :param text: the text.
+        """
+        login, password = self._connection.login, self._connection.password
+        for secret in (password, login):
+            if secret:
+                text = text.replace(secret, "***")
+        masker = _airflow_redact()
+        if masker is not None:
+            try:
+                text = str(masker(text))
+            except Exception:  # the masker is a second net: the key pair is masked above
+                pass
+        return text
 
     # -- hard fence (the lakeFS pre-merge hook; airflow_lakefence.hardfence) -----------------
 

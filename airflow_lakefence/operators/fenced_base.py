@@ -348,6 +348,7 @@ class FencedPublishOperatorBase(BaseOperator):
             job_name=self.job_name,
             job_error=self.job_error,
             run_state=run_state,
+            redact=self.lakefs_hook.redact,
         )
         self._validate_outlets()
         self.validate_job()

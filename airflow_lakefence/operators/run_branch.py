@@ -24,6 +24,7 @@ from airflow_lakefence.core.publication.run_branches import (
     DEFAULT_TEMPLATE,
     RECORD_KEY,
     RUN_BRANCH_METADATA_KEY,
+    RUN_HEAD_METADATA_KEY,
     RunBranchRecord,
     first_foreign,
     judge_existing,
@@ -322,6 +323,7 @@ class LakeFSPublishRunOperator(FencedPublishOperatorBase):
             **check_user_metadata(self.commit_metadata),
             **encode_metadata(record),
             **output_prefixes_metadata(scope.output_prefixes if scope is not None else ()),
+            RUN_HEAD_METADATA_KEY: head,
         }
         message = self.commit_message or f"lakefence: stage run branch {self.run_branch}"
         for _round in range(CREATE_ROUNDS):

@@ -8,7 +8,11 @@ Two endpoints under the plugin's prefix (:data:`airflow_lakefence.ui.URL_PREFIX`
 
 Both take ``dag_id``, ``task_id``, ``run_id``, ``map_index`` (a task instance, a task's runs, a DAG,
 or, without ``dag_id``, every DAG the user may read), the filters ``repository``, ``branch`` and
-``decision``, and ``offset``/``limit`` (task instances, newest run first).
+``decision``, and ``offset``/``limit`` (task instances, newest run first). ``repository`` and
+``branch`` select task instances in Airflow's database by where each one published (its own rendered
+fields). ``decision`` lives in lakeFS: a filtered page reads up to :data:`DECISION_SCAN_PAGES` pages
+of task instances, keeps those with a row of that decision until ``limit`` are found, and says where
+to go on (``next_offset``).
 
 Airflow does not protect a plugin's endpoints: each request is authenticated here through Airflow's
 own ``get_user`` (the ``Authorization: Bearer`` header, or the UI's session cookie) and authorized
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import html
 import urllib.parse
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
@@ -33,11 +36,13 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
 from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
-from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult, calls_bound
+from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult
 from airflow_lakefence.ui.source import PageQuery, task_instance_page
 
 #: The most task instances one page shows.
 MAX_LIMIT = 100
+#: The most pages of task instances a page filtered by ``decision`` reads (the decision is in lakeFS).
+DECISION_SCAN_PAGES = 5
 
 
 def _conf(name: str, fallback: str) -> str:
@@ -86,7 +91,8 @@ class PageParams:
     :param map_index: only this map index's.
     :param repository: only publications into this repository.
     :param branch: only publications into this branch.
-    :param decision: only rows with this decision (applied to the page read).
+    :param decision: only rows with this decision (task instances without one are skipped before the
+        page is cut; see :data:`DECISION_SCAN_PAGES`).
     :param offset: the first task instance of the page, newest first.
     :param limit: how many task instances the page holds.
     """
@@ -102,26 +108,75 @@ class PageParams:
     limit: int = Query(20, ge=1, le=MAX_LIMIT)
 
 
-def _page(user: Any, params: PageParams) -> tuple[list[PublicationRow], PageResult, int, str]:
-    """The page's rows (the decision filter applied), what was read, the task instances in all, the lakeFS UI."""
+@dataclass
+class Page:
+    """What one request shows, and what reading it cost.
+
+    :param rows: the rows (the decision filter applied).
+    :param result: what was read (every page read when filtering by decision, summed).
+    :param total: task instances in all (without the decision filter).
+    :param ui_base: the lakeFS UI base URL.
+    :param next_offset: the offset of the next page (``None``: no more task instances).
+    :param scanned: task instances read.
+    """
+
+    rows: list[PublicationRow]
+    result: PageResult
+    total: int
+    ui_base: str
+    next_offset: int | None
+    scanned: int
+
+
+def _page(user: Any, params: PageParams) -> Page:
+    """The page's rows, the decision filter applied before the page is cut."""
     from airflow.utils.session import create_session
 
     dag_ids = _readable_dag_ids(user, _filled(params.dag_id))
-    query = PageQuery(
-        dag_ids,
-        _filled(params.task_id),
-        _filled(params.run_id),
-        _map_index(params.map_index),
-        params.repository,
-        params.branch,
-        params.offset,
-        params.limit,
-    )
-    with create_session() as session:
-        facts, total = task_instance_page(session, query, _conf("publications_staging_prefix", "lakefence"))
     history, ui_base = reader()
-    result = history.read(facts)
-    return list(_rows(result, params.decision)), result, total, ui_base
+    staging_prefix = _conf("publications_staging_prefix", "lakefence")
+    decision = _filled(params.decision)
+    rows: list[PublicationRow] = []
+    results: list[PageResult] = []
+    offset, found, scanned, total = params.offset, 0, 0, 0
+    next_offset: int | None = None
+    for _round in range(DECISION_SCAN_PAGES if decision else 1):
+        query = PageQuery(
+            dag_ids,
+            _filled(params.task_id),
+            _filled(params.run_id),
+            _map_index(params.map_index),
+            _filled(params.repository),
+            _filled(params.branch),
+            offset,
+            params.limit,
+        )
+        with create_session() as session:
+            facts, total = task_instance_page(session, query, staging_prefix)
+        result = history.read(facts)
+        results.append(result)
+        next_offset = offset + len(facts) if offset + len(facts) < total else None
+        for index, ti in enumerate(facts):
+            ident = (ti.key.dag_id, ti.key.run_id, ti.key.task_id, ti.key.map_index)
+            own = [r for r in result.rows if (r.dag_id, r.run_id, r.task_id, r.map_index) == ident]
+            matching = [r for r in own if decision is None or r.decision == decision]
+            scanned += 1
+            if matching:
+                rows.extend(matching)
+                found += 1
+            if decision and found == params.limit:
+                next_offset = offset + index + 1 if offset + index + 1 < total else None
+                break
+        if not decision or found == params.limit or next_offset is None:
+            break
+        offset = next_offset
+    merged = PageResult(
+        [r for res in results for r in res.rows],
+        sum(r.calls for r in results),
+        {k: v for r in results for k, v in r.errors.items()},
+        sum(r.bound for r in results),
+    )
+    return Page(rows, merged, total, ui_base, next_offset, scanned)
 
 
 def links(ui_base: str, row: PublicationRow) -> dict[str, str]:
@@ -145,6 +200,11 @@ def links(ui_base: str, row: PublicationRow) -> dict[str, str]:
     for entry in row.evidence:
         if entry.kept:
             found[f"evidence:{entry.branch}"] = branch_url(ui_base, row.repository, entry.branch)
+    if row.run_branch:
+        found["run_branch"] = branch_url(ui_base, row.repository, row.run_branch)
+    for task in row.run_tasks:
+        for commit in task.commits:
+            found[f"run_task:{commit}"] = commit_url(ui_base, row.repository, commit)
     return found
 
 
@@ -168,10 +228,6 @@ def _map_index(value: str | None) -> int | None:
         ) from None
 
 
-def _rows(result: PageResult, decision: str | None) -> Iterable[PublicationRow]:
-    return [r for r in result.rows if decision is None or r.decision == decision]
-
-
 def create_app() -> FastAPI:
     """The app the plugin registers (``fastapi_apps``)."""
     app = FastAPI(title="lakeFence publications", description=__doc__)
@@ -179,26 +235,30 @@ def create_app() -> FastAPI:
     @app.get("/api/publications")
     def publications(user: GetUserDep, params: Annotated[PageParams, Depends()]) -> dict[str, Any]:
         """The publication history rows of a page (see the module's docstring)."""
-        rows, result, total, ui_base = _page(user, params)
-        task_instances = len({(r.dag_id, r.run_id, r.task_id, r.map_index) for r in result.rows})
-        published = len({(r.repository, r.output_ref) for r in result.rows if r.output_ref})
+        page = _page(user, params)
         return {
-            "rows": [{**r.to_dict(), "links": links(ui_base, r)} for r in rows],
-            "total_task_instances": total,
+            "rows": [{**r.to_dict(), "links": links(page.ui_base, r)} for r in page.rows],
+            "total_task_instances": page.total,
             "offset": params.offset,
             "limit": params.limit,
-            "lakefs_calls": result.calls,
-            "lakefs_calls_bound": calls_bound(task_instances, published),
+            "next_offset": page.next_offset,
+            "scanned_task_instances": page.scanned,
+            "lakefs_calls": page.result.calls,
+            "lakefs_calls_bound": page.result.bound,
             "cache_seconds": CACHE_SECONDS,
-            "errors": result.errors,
+            "errors": page.result.errors,
         }
 
     @app.get("/view", response_class=HTMLResponse)
     def view(request: Request, user: GetUserDep, params: Annotated[PageParams, Depends()]) -> HTMLResponse:
         """The rows as an HTML page."""
-        rows, result, total, ui_base = _page(user, params)
+        page = _page(user, params)
         query = {k: v for k, v in request.query_params.items() if k != "offset"}
-        return HTMLResponse(render_page(rows, ui_base, total, params.offset, params.limit, result, query))
+        return HTMLResponse(
+            render_page(
+                page.rows, page.ui_base, page.total, params.offset, params.limit, page.result, query, page.next_offset
+            )
+        )
 
     return app
 
@@ -222,7 +282,8 @@ table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #e2e8f0;
 text-align:left;vertical-align:top}th{background:#f7fafc}code{font-size:12px}
 .d-merge,.d-replace,.d-relocate,.d-idempotent,.d-noop{color:#22543d}.d-fail_closed{color:#9b2c2c}
 .j-abandoned{color:#9b2c2c;font-weight:600}.j-live{color:#22543d;font-weight:600}.muted{color:#718096}
-.reason{color:#4a5568;font-size:12px}
+.reason{color:#4a5568;font-size:12px}.message{color:#4a5568;font-size:12px;max-width:40em}
+.run{margin-top:4px;font-size:12px}.run-task{margin-left:8px}
 """
 
 
@@ -234,6 +295,7 @@ def render_page(
     limit: int,
     result: PageResult,
     params: dict[str, str],
+    next_offset: int | None = None,
 ) -> str:
     """The HTML page of a page of rows.
 
@@ -244,19 +306,41 @@ def render_page(
     :param limit: task instances per page.
     :param result: what reading cost.
     :param params: the request's query (for the paging links).
+    :param next_offset: where the next page starts (a page filtered by decision may have read further).
     """
     body = []
     for row in rows:
         found = links(ui_base, row)
         replaced = ""
         if row.replaced:
-            replaced = f"replaced try {_e(row.replaced.get('try_number'))}: " + _code_link(
-                found.get("replaced"), row.replaced.get("output_ref")
+            what = "the abandoned publication of try" if row.replaced.get("abandoned") else "try"
+            number = row.replaced.get("try_number")
+            replaced = (f"replaced {what} {_e(number)}: " if number else "replaced an abandoned publication: ") + (
+                _code_link(found.get("replaced"), row.replaced.get("output_ref"))
             )
         elif row.decision == "replace":
             replaced = "replaced an abandoned publication"
         if row.superseded_by:
             replaced += f"{'<br>' if replaced else ''}superseded by try {row.superseded_by}"
+        if row.found_by:
+            replaced += f"{'<br>' if replaced else ''}<span class='muted'>left on the target, found by the " + (
+                "replacing try's record</span>" if row.found_by == "replacing try" else "sensor's probe</span>"
+            )
+        run = ""
+        if row.run_branch:
+            run = (
+                f"<div class='run'>run branch <a href='{_e(found['run_branch'])}' target='_blank' rel='noopener'>"
+                f"{_e(row.run_branch)}</a>"
+                + "".join(
+                    f"<div class='run-task' data-task='{_e(t.task_id)}' data-try='{_e(t.try_number)}'>"
+                    f"{_e(t.task_id)}{'' if t.map_index < 0 else f' [{t.map_index}]'} try {_e(t.try_number)}: "
+                    + " ".join(_code_link(found.get(f"run_task:{c}"), c) for c in t.commits)
+                    + "</div>"
+                    for t in row.run_tasks
+                )
+                + (" <span class='muted'>(newest shown)</span>" if row.run_tasks_truncated else "")
+                + "</div>"
+            )
         evidence = "<br>".join(
             (
                 f"<a href='{_e(found[f'evidence:{e.branch}'])}' target='_blank' rel='noopener'>{_e(e.branch)}</a>"
@@ -264,6 +348,7 @@ def render_page(
                 else f"<span class='muted'>{_e(e.branch)} (deleted)</span>"
             )
             + f" <b>{_e(e.error)}</b>"
+            + (f"<div class='message'>{_e(e.message)}</div>" if e.message else "")
             for e in row.evidence
         )
         scope = ", ".join(row.output_prefixes) or "whole branch"
@@ -284,7 +369,7 @@ def render_page(
             f"<td>{_e(row.dag_id)}</td><td>{_e(row.run_id)}</td><td>{_e(row.task_id)}"
             f"{'' if row.map_index < 0 else f' [{row.map_index}]'}</td><td>{row.try_number}</td>"
             f"<td><span class='decision d-{_e(row.decision)}'>{_e(row.decision.replace('_', ' '))}</span>"
-            f"<div class='reason'>{_e(row.reason)}</div></td>"
+            f"<div class='reason'>{_e(row.reason)}</div>{run}</td>"
             f"<td>{_e(row.repository)}@{_e(row.target_branch)}</td>"
             f"<td>{_code_link(found.get('input_commit'), row.input_commit)}"
             f"{f'<br><span class=muted>{_e(row.input_ref)}</span>' if row.input_ref else ''}</td>"
@@ -296,8 +381,9 @@ def render_page(
     if offset > 0:
         query = urllib.parse.urlencode({**params, "offset": max(0, offset - limit)})
         pages.append(f"<a href='?{_e(query)}'>newer</a>")
-    if offset + limit < total:
-        query = urllib.parse.urlencode({**params, "offset": offset + limit})
+    following = next_offset if next_offset is not None else (offset + limit if offset + limit < total else None)
+    if following is not None:
+        query = urllib.parse.urlencode({**params, "offset": following})
         pages.append(f"<a href='?{_e(query)}'>older</a>")
     errors = "".join(f"<p class='j-abandoned'>{_e(k)}: {_e(v)}</p>" for k, v in result.errors.items())
     legend = "".join(f"<li><b>{_e(k.replace('_', ' '))}</b>: {_e(v)}</li>" for k, v in DECISION_REASONS.items())

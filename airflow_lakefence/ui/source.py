@@ -5,9 +5,11 @@ DAG are fenced publishers (their rendered fields name a ``repository`` and a ``t
 their task instances newest run first, where each published (its rendered fields), and the XComs the
 abandoned-publication judgement needs (``output_ref``, ``supersedes``). Four queries per page.
 
+The ``repository`` and ``branch`` filters select task instances by where each one published: its own
+rendered fields, read with the publisher tasks' (the query that finds them), before the page is cut.
 A task instance whose rendered fields Airflow pruned (it keeps the last
 ``max_num_rendered_ti_fields_per_task`` per task) takes its repository and branch from its task's
-newest rendered fields: a DAG's publisher rarely changes where it publishes.
+newest rendered fields, for the filters too: a DAG's publisher rarely changes where it publishes.
 """
 
 from __future__ import annotations
@@ -94,26 +96,47 @@ class _Row:
         self.value = value
 
 
+_Ident = tuple[str, str, str, int]
+
+
+def _rendered(session: Any, dag_ids: Sequence[str]) -> list[tuple[_Ident, Any]]:
+    """Every rendered-fields row of ``dag_ids`` (Airflow keeps a few per task): ``(ti ident, fields)``."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from sqlalchemy import select
+
+    if not dag_ids:
+        return []
+    rows = session.execute(
+        select(RTIF.dag_id, RTIF.run_id, RTIF.task_id, RTIF.map_index, RTIF.rendered_fields).where(
+            RTIF.dag_id.in_(list(dag_ids))
+        )
+    ).all()
+    return [((dag_id, run_id, task_id, map_index), fields) for dag_id, run_id, task_id, map_index, fields in rows]
+
+
+def _newest(rendered: Sequence[tuple[_Ident, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    # Newest first per task: the first seen wins (a handful of rows per task, Airflow prunes the rest).
+    for (dag_id, _run_id, task_id, _map_index), fields in reversed(rendered):
+        if isinstance(fields, dict) and all(isinstance(fields.get(f), str) for f in PUBLISHER_FIELDS):
+            newest.setdefault((dag_id, task_id), fields)
+    return newest
+
+
 def publisher_tasks(session: Any, dag_ids: Sequence[str]) -> dict[tuple[str, str], dict[str, Any]]:
     """The fenced publisher tasks of ``dag_ids`` and their newest rendered fields: ``{(dag, task): fields}``.
 
     :param session: an SQLAlchemy session on Airflow's database.
     :param dag_ids: the DAGs.
     """
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
-    from sqlalchemy import select
+    return _newest(_rendered(session, dag_ids))
 
-    newest: dict[tuple[str, str], dict[str, Any]] = {}
-    if not dag_ids:
-        return newest
-    # Newest first per task: the first seen wins (a handful of rows per task, Airflow prunes the rest).
-    rows = session.execute(
-        select(RTIF.dag_id, RTIF.task_id, RTIF.rendered_fields).where(RTIF.dag_id.in_(list(dag_ids)))
-    ).all()
-    for dag_id, task_id, fields in reversed(rows):
-        if isinstance(fields, dict) and all(isinstance(fields.get(f), str) for f in PUBLISHER_FIELDS):
-            newest.setdefault((dag_id, task_id), fields)
-    return newest
+
+def _published_where(query: PageQuery, fields: Any) -> bool:
+    """Whether rendered fields publish where the query's ``repository`` and ``branch`` ask."""
+    if not isinstance(fields, dict):
+        return False
+    return query.repository in (None, fields.get("repository")) and query.branch in (None, fields.get("target_branch"))
 
 
 def task_instance_page(
@@ -128,20 +151,30 @@ def task_instance_page(
     from airflow.models.dagrun import DagRun
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
     from airflow.models.taskinstance import TaskInstance as TI
-    from sqlalchemy import func, select, tuple_
+    from sqlalchemy import exists, false, func, not_, or_, select, tuple_
 
-    tasks = publisher_tasks(session, query.dag_ids)
+    rendered_rows = _rendered(session, query.dag_ids)
+    tasks = _newest(rendered_rows)
     if query.task_id is not None:
         tasks = {k: v for k, v in tasks.items() if k[1] == query.task_id}
-    if query.repository is not None or query.branch is not None:
-        tasks = {
-            k: v
-            for k, v in tasks.items()
-            if query.repository in (None, v.get("repository")) and query.branch in (None, v.get("target_branch"))
-        }
     if not tasks:
         return [], 0
     where: list[Any] = [tuple_(TI.dag_id, TI.task_id).in_(list(tasks))]
+    if query.repository is not None or query.branch is not None:
+        # Each task instance by its own rendered fields; one whose fields Airflow pruned by its task's newest.
+        columns = tuple_(TI.dag_id, TI.run_id, TI.task_id, TI.map_index)
+        matching = [i for i, fields in rendered_rows if (i[0], i[2]) in tasks and _published_where(query, fields)]
+        fallback = [k for k, v in tasks.items() if _published_where(query, v)]
+        pruned: Any = false()
+        if fallback:
+            kept = (
+                (RTIF.dag_id == TI.dag_id)
+                & (RTIF.run_id == TI.run_id)
+                & (RTIF.task_id == TI.task_id)
+                & (RTIF.map_index == TI.map_index)
+            )
+            pruned = tuple_(TI.dag_id, TI.task_id).in_(fallback) & not_(exists().where(kept))
+        where.append(or_(columns.in_(matching) if matching else false(), pruned))
     if query.run_id is not None:
         where.append(TI.run_id == query.run_id)
     if query.map_index is not None:
@@ -159,15 +192,10 @@ def task_instance_page(
         .scalars()
         .all()
     )
-    idents = [(ti.dag_id, ti.run_id, ti.task_id, ti.map_index) for ti in tis]
-    rendered = {}
-    if idents:
-        for dag_id, run_id, task_id, map_index, fields in session.execute(
-            select(RTIF.dag_id, RTIF.run_id, RTIF.task_id, RTIF.map_index, RTIF.rendered_fields).where(
-                tuple_(RTIF.dag_id, RTIF.run_id, RTIF.task_id, RTIF.map_index).in_(idents)
-            )
-        ).all():
-            rendered[(dag_id, run_id, task_id, map_index)] = fields or {}
+    recorded = dict(rendered_rows)  # the page's own rendered fields: no second query
+    rendered = {
+        ident: recorded.get(ident) or {} for ident in ((ti.dag_id, ti.run_id, ti.task_id, ti.map_index) for ti in tis)
+    }
     xcoms = _xcom_values(session, tis, ("output_ref", "supersedes"))
     facts = []
     for ti in tis:

@@ -108,12 +108,15 @@ class FenceDecision:
         whose commit does not exist yet, and for a failure).
     :param reason: a sentence explaining the decision, for logs and exceptions.
     :param code: the decision table's row (``None`` for a decision made elsewhere, e.g. the scoped fence).
+    :param replaces: for a replacement or a relocation, the commit it takes off the target (the
+        abandoned or superseded publication), recorded with what the try reports.
     """
 
     action: Action
     output_ref: str | None
     reason: str
     code: Reason | None = None
+    replaces: str | None = field(default=None, compare=False)
 
 
 def _refusal(head: HeadState, input_ref: str, attempt: AttemptId) -> tuple[Reason, str]:
@@ -185,7 +188,11 @@ def decide_publish(
         )
     abandoned = f"target HEAD {head.commit_id} is an abandoned publication of try {record.attempt.try_number}"
     if changed:
-        return FenceDecision(Action.REPLACE, staged_commit, abandoned, Reason.ABANDONED)
+        return FenceDecision(Action.REPLACE, staged_commit, abandoned, Reason.ABANDONED, head.commit_id)
     return FenceDecision(
-        Action.RELOCATE, input_ref, f"{abandoned} and this try changed nothing", Reason.ABANDONED_NOTHING_CHANGED
+        Action.RELOCATE,
+        input_ref,
+        f"{abandoned} and this try changed nothing",
+        Reason.ABANDONED_NOTHING_CHANGED,
+        head.commit_id,
     )

@@ -31,6 +31,9 @@ DEFAULT_TEMPLATE = "run-{{ dag.dag_id }}-{{ run_id }}"
 #: The commit metadata key naming the run branch a run publication published (not ``lakefence.``:
 #: that prefix is the protocol's own record).
 RUN_BRANCH_METADATA_KEY = "lakefence_run_branch"
+#: The staged-commit metadata key naming the run branch's HEAD the run publication squashed: where
+#: the run's tasks' commits it published are read back (the publications view).
+RUN_HEAD_METADATA_KEY = "lakefence_run_head"
 
 _RUN_HASH_LENGTH = 12
 _STEM_LENGTH = MAX_BRANCH_NAME_LENGTH - _RUN_HASH_LENGTH - 1

@@ -203,7 +203,7 @@ class ScopedPublish:
                 raise self._conflict(touch, None, input_commit, head.commit_id, staging)
         action = Action.REPLACE if own.action is ScopedAction.REPLACE else Action.RELOCATE
         output = self._replace(attempt, staging, input_commit, staged.id, record, head, own.unwind)
-        return self._done(action, own.reason, output)
+        return self._done(action, own.reason, output, own.unwind)
 
     def _landed(self, attempt: AttemptId, input_commit: str) -> CommitInfo | None:
         """This attempt's merge commit on the target, if a merge whose answer was lost landed (one ``log``).
@@ -384,5 +384,6 @@ class ScopedPublish:
         )
         return outcome.output_ref
 
-    def _done(self, action: Action, reason: str, output: str) -> tuple[FenceDecision, str]:
-        return FenceDecision(action, output, reason), output
+    def _done(self, action: Action, reason: str, output: str, replaces: str | None = None) -> tuple[FenceDecision, str]:
+        # A replacement names the commit it took back: the write set's latest publication of this key.
+        return FenceDecision(action, output, reason, replaces=replaces), output

@@ -14,14 +14,17 @@ live tries can race for a key but never overwrite each other's update. Three kin
   is written). A different ``input_ref`` (a cleared upstream resolve task produced a new commit id)
   is resolved and pinned afresh: that is the user's choice of a new input.
 * **the reported publication** (:func:`published_key`, one per try): created by a try right before
-  it reports success, ``{"output_ref", "try_number", "decision"}``; the latest try's record counts.
+  it reports success, ``{"output_ref", "try_number", "decision"}``, and for a replacement or a
+  relocation ``"replaced"``: the commit it took off the target (records written before that field
+  existed lack it); the latest try's record counts.
   A later try that finds the target's HEAD to be exactly that commit replaces a *successful*
   publication (a deliberate clear): it *supersedes* it, as opposed to replacing an abandoned one.
 * **the evidence list** (:func:`evidence_key`, one per kept branch): ``{"branch", "error",
-  "try_number", "ti_id", "input_ref"}``, created before the evidence marker commit on lakeFS, so a
-  later try spares a kept branch even when the marker could not be written, and re-marks it as the
-  attempt that kept it (a branch kept before staging still points at its input commit, whose
-  record, if any, is another attempt's).
+  "try_number", "ti_id", "input_ref"}`` and, when the writer was given a redactor, ``"message"``: the
+  error's message, redacted and cut to :data:`MESSAGE_LIMIT` characters (older entries lack it);
+  created before the evidence marker commit on lakeFS, so a later try spares a kept branch even
+  when the marker could not be written, and re-marks it as the attempt that kept it (a branch kept
+  before staging still points at its input commit, whose record, if any, is another attempt's).
 
 Nothing here imports Airflow or lakeFS.
 """
@@ -38,6 +41,8 @@ from airflow_lakefence.exceptions import RunStateConflictError
 PIN_KEY = "pin"
 PUBLISHED_KEY = "published"
 EVIDENCE_KEY = "evidence"
+#: The most characters of an error message an evidence entry keeps.
+MESSAGE_LIMIT = 500
 
 
 class RunStatePort(Protocol):
@@ -140,17 +145,31 @@ def reported_publication(state: RunStatePort) -> dict[str, Any] | None:
     return None
 
 
-def record_publication(state: RunStatePort, output_ref: str, try_number: int, decision: str) -> None:
+def record_publication(
+    state: RunStatePort, output_ref: str, try_number: int, decision: str, replaced: str | None = None
+) -> None:
     """Remember what this try reports, for a later try of the run (see :func:`reported_publication`).
 
     :param state: the run state.
     :param output_ref: the commit the try stands behind.
     :param try_number: its try number.
     :param decision: its decision.
+    :param replaced: the commit a replacement or relocation took off the target (an earlier try's
+        publication, reported or abandoned), if any.
     """
-    state.create(
-        published_key(try_number), {"output_ref": output_ref, "try_number": try_number, "decision": decision}
-    )
+    value: dict[str, Any] = {"output_ref": output_ref, "try_number": try_number, "decision": decision}
+    if replaced:
+        value["replaced"] = replaced
+    state.create(published_key(try_number), value)
+
+
+def bounded_message(text: str) -> str:
+    """An error message as an evidence entry keeps it: one line, at most :data:`MESSAGE_LIMIT` characters.
+
+    :param text: the (already redacted) message.
+    """
+    line = " ".join(text.split())
+    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 1] + "\u2026"
 
 
 @dataclass(frozen=True)
@@ -162,6 +181,8 @@ class RecordedEvidence:
     :param try_number: the try number of the attempt that kept it (``None`` in an older entry).
     :param ti_id: that attempt's task-instance id (``None`` in an older entry).
     :param input_ref: that attempt's input commit (``None`` in an older entry).
+    :param message: the error's message, redacted and bounded (``None`` in an older entry, or when
+        the writer had no redactor).
     """
 
     branch: str
@@ -169,6 +190,7 @@ class RecordedEvidence:
     try_number: int | None = None
     ti_id: str | None = None
     input_ref: str | None = None
+    message: str | None = None
 
     def attempt(self, key: PublicationKey) -> AttemptId | None:
         """The attempt that kept the branch (every try of a run shares ``key``), if recorded.
@@ -186,6 +208,8 @@ class RecordedEvidence:
             value.update(try_number=self.try_number, ti_id=self.ti_id)
         if self.input_ref is not None:
             value["input_ref"] = self.input_ref
+        if self.message is not None:
+            value["message"] = self.message
         return value
 
 
@@ -206,17 +230,24 @@ def _evidence_entry(item: Any) -> RecordedEvidence | None:
     if not isinstance(item, dict) or not isinstance(item.get("branch"), str):
         return None
     try_number, ti_id, input_ref = item.get("try_number"), item.get("ti_id"), item.get("input_ref")
+    message = item.get("message")
     return RecordedEvidence(
         item["branch"],
         str(item.get("error", "")),
         try_number if isinstance(try_number, int) and not isinstance(try_number, bool) else None,
         ti_id if isinstance(ti_id, str) else None,
         input_ref if isinstance(input_ref, str) else None,
+        message if isinstance(message, str) else None,
     )
 
 
 def record_evidence(
-    state: RunStatePort, branch: str, error: str, attempt: AttemptId | None = None, input_ref: str | None = None
+    state: RunStatePort,
+    branch: str,
+    error: str,
+    attempt: AttemptId | None = None,
+    input_ref: str | None = None,
+    message: str | None = None,
 ) -> dict[str, RecordedEvidence]:
     """Add a kept branch to the run's evidence list (its own record: no try overwrites another's).
 
@@ -225,6 +256,7 @@ def record_evidence(
     :param error: the error class name.
     :param attempt: the attempt that kept it (so a later try can re-mark it as that attempt).
     :param input_ref: that attempt's input commit.
+    :param message: the error's message, already redacted (cut to :data:`MESSAGE_LIMIT` here).
     :return: the evidence list after the write.
     """
     entry = RecordedEvidence(
@@ -233,6 +265,7 @@ def record_evidence(
         None if attempt is None else attempt.try_number,
         None if attempt is None else attempt.ti_id,
         input_ref,
+        None if message is None else bounded_message(message),
     )
     state.create(evidence_key(branch), entry.to_json())
     return recorded_evidence(state)

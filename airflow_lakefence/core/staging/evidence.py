@@ -11,7 +11,7 @@ Nothing here imports Airflow or lakeFS.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
@@ -42,6 +42,8 @@ class Evidence:
     :param staging_prefix: the first part of staging branch names.
     :param log: where to log.
     :param marker_metadata: more metadata for the evidence marker (a scoped attempt's write set).
+    :param redact: masks secrets in a text (the task log's masking); without it the run state keeps
+        the error class only, never its message.
     """
 
     lakefs: LakeFSPort
@@ -50,6 +52,7 @@ class Evidence:
     staging_prefix: str
     log: Log
     marker_metadata: Mapping[str, str] = field(default_factory=dict)
+    redact: Callable[[str], str] | None = None
     # {branch: error class}; ``None`` when the run state could not be read (then never
     # reported: the cleaner would take a partial list for the whole).
     known: dict[str, str] | None = field(default_factory=dict, init=False)
@@ -87,7 +90,9 @@ class Evidence:
         error = type(exc).__name__
         self._kept.add(staging)
         try:
-            kept = record_evidence(self.run_state, staging, error, attempt, input_commit)
+            # The message goes to lakeFS only redacted (the run state, never the marker commit).
+            message = None if self.redact is None else self.redact(str(exc))
+            kept = record_evidence(self.run_state, staging, error, attempt, input_commit, message)
             self.known = {name: entry.error for name, entry in kept.items()}
         except LakeFenceError as err:
             self.log.warning("Could not record staging branch %s as evidence in the run state: %s", staging, err)

@@ -33,10 +33,20 @@ class PerDagSimpleAuthManager(SimpleAuthManager):
 
 
 def publications_scenario(dags: Any, seeded: tuple[Any, str]) -> dict[str, Any]:
-    """Three task instances on one repository's ``main`` under ``dag.test()``: a try that failed closed
-    (another writer committed during its job; its staging branch kept as evidence), a first-try
-    merge, and a worker killed after publishing whose retry replaced its publication."""
+    """Every case of the view, on one repository's ``main`` under ``dag.test()``, in this order:
+
+    * ``failed``: a try that failed closed (another writer committed during its job; its staging
+      branch kept as evidence, with the error's message in the run state);
+    * ``merged``: a first-try merge;
+    * ``replaced``: a worker killed after publishing (``abandoned[0]``), its retry replacing that
+      publication;
+    * ``run``: a run-branch publication (``lf_run_branch``: the run branch, its task ``write``
+      publishing into it, the run's publication ``publish`` merged into ``main``);
+    * ``died``: a try killed after publishing with no retry left (``lf_py_direct``): its abandoned
+      publication (``died_head``) stays ``main``'s HEAD, where the sensor's probe finds it.
+    """
     from airflow_lakefence import failpoints
+    from tests.conftest import load_dag_module
     from tests.integration.helpers import die_after_publishing, foreign_commit_during_the_job, publish_conf, run_dag
 
     repo, _ = seeded
@@ -44,11 +54,28 @@ def publications_scenario(dags: Any, seeded: tuple[Any, str]) -> dict[str, Any]:
     failpoints.disarm_all()
     merged = run_dag(dags.py_workspace_dag, publish_conf(repo, "main", {"files": {"out/b.txt": "B"}}))
     assert merged.state == "success"
-    die_after_publishing(repo)
+    abandoned = die_after_publishing(repo)
     replaced = run_dag(dags.py_retry_dag, publish_conf(repo, "main", {"files": {"out/c.txt": "C"}}))
-    assert replaced.state == "success"
+    assert replaced.state == "success" and len(abandoned) == 1
     failpoints.disarm_all()
-    return {"repo": repo, "failed": failed, "error": error, "merged": merged, "replaced": replaced}
+    rdags = load_dag_module("testdags/run_branch_dags.py")
+    run = run_dag(rdags.run_dag, {"repository": repo.id, "files": {"run/r.txt": "R"}})
+    assert run.state == "success"
+    died_heads = die_after_publishing(repo)
+    died = run_dag(dags.py_direct_dag, publish_conf(repo, "main", {"files": {"out/d.txt": "D"}}))
+    assert died.state == "failed" and len(died_heads) == 1
+    failpoints.disarm_all()
+    return {
+        "repo": repo,
+        "failed": failed,
+        "error": error,
+        "merged": merged,
+        "replaced": replaced,
+        "abandoned": abandoned[0],
+        "run": run,
+        "died": died,
+        "died_head": died_heads[0],
+    }
 
 
 def plugin_entry_point_installed() -> bool:

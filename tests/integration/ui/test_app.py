@@ -1,7 +1,10 @@
 """The "lakeFS publications" view on the real Airflow API server app (FastAPI's TestClient on
 ``airflow.api_fastapi.app.create_app()``, the plugin loaded through the provider info), after a real
 scenario under ``dag.test()`` on lakeFS: a first-try merge, a fail-closed overlap that kept its
-staging branch as evidence, and a worker killed after publishing whose retry replaced its publication.
+staging branch as evidence, a worker killed after publishing whose retry replaced its publication, a
+run-branch publication and a try killed after publishing with no retry left (see
+:func:`~tests.integration.ui.publications_support.publications_scenario`). Each row's decision,
+reason, commits, links and judgement are checked, and the lakeFS calls of a page exactly.
 The auth manager has users (SimpleAuthManager with a per-DAG rule): anonymous requests are refused and
 a user without read access to a DAG never sees its publications.
 """
@@ -16,6 +19,8 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence.core.publication.history import DECISION_REASONS, DIED_BEFORE_REPORTING
+from airflow_lakefence.core.records.run_state import bounded_message
 from airflow_lakefence.ui.reader import calls_bound
 from tests.integration.helpers import xcoms
 from tests.integration.ui.publications_support import (
@@ -50,6 +55,18 @@ def _token(api: Any, user: str) -> dict[str, str]:
     answer = api.post("/auth/token", json={"username": user, "password": PASSWORDS[user]})
     assert answer.status_code == 201, answer.text
     return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+def _ui(lakefs_conn: dict[str, str]) -> str:
+    return lakefs_conn["host"].rstrip("/").removesuffix("/api/v1")
+
+
+def _commit_link(lakefs_conn: dict[str, str], repo: Any, commit: str) -> str:
+    return f"{_ui(lakefs_conn)}/repositories/{repo.id}/commits/{commit}"
+
+
+def _compare_link(lakefs_conn: dict[str, str], repo: Any, base: str, output: str) -> str:
+    return f"{_ui(lakefs_conn)}/repositories/{repo.id}/compare?ref={base}&compareRef={output}"
 
 
 def test_the_task_view_shows_each_publication_with_its_decision_commits_and_links(
@@ -91,6 +108,10 @@ def test_the_task_view_shows_each_publication_with_its_decision_commits_and_link
     assert [(e["branch"], e["error"], e["kept"]) for e in closed["evidence"]] == [
         (error.staging_branch, "PublishFenceError", True)
     ]
+    # The error's message, as the run state kept it (redacted, bounded), beside its class.
+    assert closed["evidence"][0]["message"] == bounded_message(str(error))
+    assert closed["reason"] == f"{DECISION_REASONS['fail_closed']} (PublishFenceError)"
+    assert merge["reason"] == DECISION_REASONS["merge"]
     assert closed["links"][f"evidence:{error.staging_branch}"].endswith(f"/objects?ref={error.staging_branch}")
     # One task instance at a time: its records, then its one reported publication (a finished task
     # instance without evidence needs no staging-branch listing) or its staging branches (evidence).
@@ -105,18 +126,121 @@ def test_the_task_view_shows_each_publication_with_its_decision_commits_and_link
     assert lakefs_conn["password"] not in answer.text and lakefs_conn["login"] not in answer.text
 
 
-def test_a_killed_worker_is_replaced_by_its_retry(api: Any, scenario: dict[str, Any]) -> None:
-    replaced = scenario["replaced"]
+def test_a_killed_worker_is_replaced_by_its_retry(
+    api: Any, scenario: dict[str, Any], lakefs_conn: dict[str, str]
+) -> None:
+    repo, replaced, abandoned = scenario["repo"], scenario["replaced"], scenario["abandoned"]
     answer = api.get(
         "/lakefence/api/publications",
         params={"dag_id": HIDDEN_DAG, "run_id": replaced.run_id, "task_id": "publish", "map_index": -1},
         headers=_token(api, "admin"),
     )
     assert answer.status_code == 200, answer.text
-    rows = answer.json()["rows"]
+    page = answer.json()
+    rows = page["rows"]
     assert [(r["try_number"], r["decision"]) for r in rows] == [(2, "replace"), (1, "unreported")]
-    assert rows[0]["output_ref"] == xcoms(replaced, "publish")["output_ref"]
-    assert rows[0]["judgement_label"] == "live"
+    values = xcoms(replaced, "publish")
+    retry, dead = rows
+    assert (retry["output_ref"], retry["staged_commit"], retry["input_commit"]) == (
+        values["output_ref"],
+        values["staged_commit"],
+        values["input_ref"],
+    )
+    assert retry["reason"] == DECISION_REASONS["replace"] and retry["judgement_label"] == "live"
+    # The dead try's abandoned publication, named by the retry's record and judged by the sensor's judge().
+    assert retry["replaced"] == {"output_ref": abandoned, "try_number": 1, "abandoned": True}
+    assert retry["links"]["replaced"] == _commit_link(lakefs_conn, repo, abandoned)
+    assert (dead["output_ref"], dead["found_by"], dead["superseded_by"]) == (abandoned, "replacing try", 2)
+    assert dead["reason"] == DIED_BEFORE_REPORTING and dead["judgement_label"] == "abandoned"
+    assert dead["input_commit"] == values["input_ref"] and dead["staged_commit"] not in (None, abandoned)
+    assert dead["links"]["output_ref"] == _commit_link(lakefs_conn, repo, abandoned)
+    assert dead["links"]["compare"] == _compare_link(lakefs_conn, repo, values["input_ref"], abandoned)
+    # Its records, the retry's output and the commit it replaced: 3 calls.
+    assert page["lakefs_calls"] == 3 <= page["lakefs_calls_bound"] == calls_bound(1, 2)
+
+
+def test_a_try_killed_with_no_retry_left_names_the_publication_it_abandoned_on_the_target(
+    api: Any, scenario: dict[str, Any], lakefs_conn: dict[str, str]
+) -> None:
+    """No later try replaced it: the abandoned sensor's probe of the target finds it at HEAD."""
+    repo, died, head = scenario["repo"], scenario["died"], scenario["died_head"]
+    params = {"dag_id": "lf_py_direct", "run_id": died.run_id, "task_id": "publish"}
+    page = api.get("/lakefence/api/publications", params=params, headers=_token(api, "viewer")).json()
+    (row,) = page["rows"]
+    assert repo.branch("main").get_commit().id == head
+    assert (row["try_number"], row["decision"], row["reason"]) == (1, "unreported", DIED_BEFORE_REPORTING)
+    assert (row["output_ref"], row["found_by"], row["judgement"]) == (head, "target", "abandoned")
+    assert "its task instance is failed" in row["judgement_reason"]
+    assert row["staged_commit"] and row["input_commit"]
+    assert row["links"]["output_ref"] == _commit_link(lakefs_conn, repo, head)
+    assert row["links"]["compare"] == _compare_link(lakefs_conn, repo, row["input_commit"], head)
+    # Its records, and one probe of main (getCommit; the task instance is not running: no listing).
+    assert page["lakefs_calls"] == 2 <= page["lakefs_calls_bound"] == calls_bound(1, 0, probes=1)
+
+
+def test_a_run_branch_publication_lists_the_runs_tasks(
+    api: Any, scenario: dict[str, Any], lakefs_conn: dict[str, str]
+) -> None:
+    repo, run = scenario["repo"], scenario["run"]
+    params = {"dag_id": "lf_run_branch", "run_id": run.run_id, "task_id": "publish"}
+    page = api.get("/lakefence/api/publications", params=params, headers=_token(api, "viewer")).json()
+    (row,) = page["rows"]
+    published, written = xcoms(run, "publish"), xcoms(run, "write")
+    run_branch = xcoms(run, "run_branch")["return_value"]
+    assert (row["decision"], row["reason"], row["judgement_label"]) == ("merge", DECISION_REASONS["merge"], "live")
+    assert (row["output_ref"], row["staged_commit"], row["input_commit"]) == (
+        published["output_ref"],
+        published["staged_commit"],
+        published["input_ref"],
+    )
+    assert (row["run_branch"], row["run_head"], row["run_tasks_truncated"]) == (
+        run_branch,
+        written["output_ref"],
+        False,
+    )
+    # The run's one task, with the commits it wrote into the run branch (its staged commit and its merge).
+    assert [(t["dag_id"], t["run_id"], t["task_id"], t["map_index"], t["try_number"]) for t in row["run_tasks"]] == [
+        ("lf_run_branch", run.run_id, "write", -1, 1)
+    ]
+    (task,) = row["run_tasks"]
+    assert (task["output_ref"], task["staged_commit"]) == (written["output_ref"], written["staged_commit"])
+    assert set(task["commits"]) == {written["output_ref"], written["staged_commit"]}
+    links = row["links"]
+    assert links["run_branch"] == f"{_ui(lakefs_conn)}/repositories/{repo.id}/objects?ref={run_branch}"
+    assert links[f"run_task:{written['output_ref']}"] == _commit_link(lakefs_conn, repo, written["output_ref"])
+    assert links["compare"] == _compare_link(lakefs_conn, repo, published["input_ref"], published["output_ref"])
+    # Records, the output, its staged commit (it names the run's HEAD), one log of the run branch.
+    assert page["lakefs_calls"] == 4 <= page["lakefs_calls_bound"] == calls_bound(1, 1, run_publications=1)
+    html = api.get("/lakefence/view", params=params, headers=_token(api, "viewer")).text
+    assert "class='run-task' data-task='write' data-try='1'" in html
+
+
+def test_the_filters_apply_before_the_page_is_cut(api: Any, scenario: dict[str, Any]) -> None:
+    repo, failed, merged = scenario["repo"], scenario["failed"], scenario["merged"]
+    headers = _token(api, "viewer")
+    # By decision: the newest task instance with a fail_closed row, although a merge is newer.
+    params = {"dag_id": "lf_py_workspace", "task_id": "publish", "decision": "fail_closed", "limit": 1}
+    page = api.get("/lakefence/api/publications", params=params, headers=headers).json()
+    assert [(r["run_id"], r["decision"]) for r in page["rows"]] == [(failed.run_id, "fail_closed")]
+    assert page["scanned_task_instances"] == 2 and page["next_offset"] in (2, None)
+    # By repository: each task instance by where it published (other tests' runs used other repositories).
+    params = {"dag_id": "lf_py_workspace", "repository": repo.id}
+    page = api.get("/lakefence/api/publications", params=params, headers=headers).json()
+    assert page["total_task_instances"] == 2
+    assert {r["run_id"] for r in page["rows"]} == {failed.run_id, merged.run_id}
+    elsewhere = api.get(
+        "/lakefence/api/publications", params={**params, "branch": "not-main"}, headers=headers
+    ).json()
+    assert elsewhere["total_task_instances"] == 0 and elsewhere["rows"] == []
+    # A task instance whose rendered fields Airflow pruned is matched by its task's newest ones.
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(RenderedTaskInstanceFields).filter_by(dag_id=failed.dag_id, run_id=failed.run_id).delete()
+    pruned = api.get("/lakefence/api/publications", params={**params, "offset": 1}, headers=headers).json()
+    assert pruned["total_task_instances"] == 2
+    assert [(r["run_id"], r["repository"]) for r in pruned["rows"]] == [(failed.run_id, repo.id)]
 
 
 def test_the_html_view_lists_the_rows(api: Any, scenario: dict[str, Any]) -> None:
@@ -125,6 +249,8 @@ def test_the_html_view_lists_the_rows(api: Any, scenario: dict[str, Any]) -> Non
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/html")
     assert answer.text.count("class='publication'") == 2
     assert "data-decision='merge'" in answer.text and "data-decision='fail_closed'" in answer.text
+    # The evidence's class and message.
+    assert "<b>PublishFenceError</b><div class='message'>" in answer.text
     # The page's bounds are checked before anything is read.
     for bad in ({"limit": 0}, {"limit": 101}, {"offset": -1}):
         refused = api.get("/lakefence/view", params={**params, **bad}, headers=_token(api, "viewer"))
