@@ -33,6 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
 from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
+from airflow_lakefence.ui.bundle import add_bundle_route
 from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult, calls_bound
 from airflow_lakefence.ui.source import PageQuery, task_instance_page
 
@@ -200,6 +201,7 @@ def create_app() -> FastAPI:
         query = {k: v for k, v in request.query_params.items() if k != "offset"}
         return HTMLResponse(render_page(rows, ui_base, total, params.offset, params.limit, result, query))
 
+    add_bundle_route(app)  # the React view's bundle (ui/bundle.py)
     return app
 
 
