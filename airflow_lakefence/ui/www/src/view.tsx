@@ -1,6 +1,6 @@
 // The "lakeFS publications" view: one row per try, newest run first, read from the plugin's JSON API,
 // with the same columns as the server-rendered page (airflow_lakefence/ui/app.py, render_page).
-import { useEffect, useState, type FormEvent, type ReactNode } from "react";
+import { useEffect, useRef, useState, type FormEvent, type ReactNode } from "react";
 
 import { ApiError, DECISIONS, fetchPage, type Page, type Query, type Row } from "./api";
 import { STYLE } from "./style";
@@ -22,7 +22,49 @@ interface Filters {
 }
 
 const NO_FILTERS: Filters = { dag_id: "", task_id: "", repository: "", branch: "", decision: "" };
+const FILTER_NAMES = Object.keys(NO_FILTERS) as (keyof Filters)[];
 const PAGE_SIZES = [10, 20, 50, 100];
+const DEFAULT_LIMIT = 20;
+
+interface Position {
+  filters: Filters;
+  offset: number;
+  limit: number;
+}
+
+const whole = (value: string | null, fallback: number, low: number, high: number): number => {
+  const found = Number(value ?? Number.NaN);
+  return Number.isInteger(found) && found >= low && found <= high ? found : fallback;
+};
+
+/** The filters and page the page's URL names (a shared link opens the same rows). */
+function positionInUrl(): Position {
+  const query = new URLSearchParams(window.location.search);
+  const filters = { ...NO_FILTERS };
+  for (const name of FILTER_NAMES) filters[name] = query.get(name) ?? "";
+  return {
+    filters,
+    offset: whole(query.get("offset"), 0, 0, Number.MAX_SAFE_INTEGER),
+    limit: whole(query.get("limit"), DEFAULT_LIMIT, 1, 100),
+  };
+}
+
+/** Keep the URL's query in step with the view, in place: the host's router keeps its own history state. */
+function showInUrl({ filters, offset, limit }: Position): void {
+  const url = new URL(window.location.href);
+  for (const name of FILTER_NAMES) {
+    if (filters[name]) url.searchParams.set(name, filters[name]);
+    else url.searchParams.delete(name);
+  }
+  for (const [name, value, fallback] of [
+    ["offset", offset, 0],
+    ["limit", limit, DEFAULT_LIMIT],
+  ] as const) {
+    if (value !== fallback) url.searchParams.set(name, String(value));
+    else url.searchParams.delete(name);
+  }
+  if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
+}
 const HEADERS = [
   "DAG",
   "Run",
@@ -203,17 +245,26 @@ function scopeOf({ dagId, runId, taskId, mapIndex }: PublicationsViewProps): str
 /** The view the plugin's react_apps register (see main.tsx). */
 export function PublicationsView(props: PublicationsViewProps): ReactNode {
   const { dagId, runId, taskId, mapIndex } = props;
-  const [draft, setDraft] = useState<Filters>(NO_FILTERS);
-  const [filters, setFilters] = useState<Filters>(NO_FILTERS);
-  const [offset, setOffset] = useState(0);
-  const [limit, setLimit] = useState(20);
+  const [start] = useState(positionInUrl);
+  const [draft, setDraft] = useState<Filters>(start.filters);
+  const [filters, setFilters] = useState<Filters>(start.filters);
+  const [offset, setOffset] = useState(start.offset);
+  const [limit, setLimit] = useState(start.limit);
   const [reloads, setReloads] = useState(0);
   const [page, setPage] = useState<Page | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
 
   // The UI keeps the component when one moves to another task instance: start at its first page.
-  useEffect(() => setOffset(0), [dagId, runId, taskId, mapIndex]);
+  const scope = `${dagId}|${runId}|${taskId}|${mapIndex}`;
+  const shownScope = useRef(scope);
+  useEffect(() => {
+    if (shownScope.current !== scope) {
+      shownScope.current = scope;
+      setOffset(0);
+    }
+  }, [scope]);
+  useEffect(() => showInUrl({ filters, offset, limit }), [filters, offset, limit]);
 
   useEffect(() => {
     const controller = new AbortController();
@@ -321,7 +372,7 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
             setLimit(Number(event.target.value));
           }}
         >
-          {PAGE_SIZES.map((size) => (
+          {[...new Set([...PAGE_SIZES, limit])].sort((a, b) => a - b).map((size) => (
             <option key={size} value={size}>
               {size} per page
             </option>
