@@ -29,7 +29,13 @@ from tests.browser.conftest import free_port
 from tests.conftest import REPO
 from tests.integration.conftest import dags, seeded  # noqa: F401 - the scenario's fixtures
 from tests.integration.helpers import xcoms
-from tests.integration.ui.publications_support import PASSWORDS, api_server_app, publications_scenario
+from tests.integration.ui.publications_support import (
+    HIDDEN_DAG,
+    NARROW_USER,
+    PASSWORDS,
+    api_server_app,
+    publications_scenario,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
@@ -234,3 +240,14 @@ def test_the_react_view_shows_each_publication_and_its_links(
         ("2", "replace"),
         ("1", "unreported"),
     ]
+
+    # Airflow's permissions hold in the browser: a user who may not read lf_py_retry never sees its rows,
+    # and asking for that DAG is refused (the API's 403, shown by the view).
+    chromium.delete_all_cookies()
+    _login(chromium, server, NARROW_USER)
+    chromium.get(f"{server}/plugin/lakefence_publications?repository={repo.id}")
+    assert {r.find_element(By.CSS_SELECTOR, "td").text for r in _rows(chromium, wait)} == {"lf_py_workspace"}
+    chromium.get(f"{server}/plugin/lakefence_publications?dag_id={HIDDEN_DAG}")
+    alert = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=lakefence-publications] [role=alert]"))
+    assert alert[0].text.startswith("403: ") and HIDDEN_DAG in alert[0].text
+    assert not chromium.find_elements(By.CSS_SELECTOR, ROWS)
