@@ -159,7 +159,7 @@ def test_the_react_view_shows_each_publication_and_its_links(
 
     # The task's view across its runs (the two newest, from the URL): the merge and the try that failed
     # closed, with its evidence.
-    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?limit=2")
+    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?lf_limit=2")
     rows = {r.get_attribute("data-run"): r for r in _rows(chromium, wait)}
     assert rows[merged.run_id].get_attribute("data-decision") == "merge"
     assert rows[failed.run_id].get_attribute("data-decision") == "fail_closed"
@@ -210,24 +210,24 @@ def test_the_react_view_shows_each_publication_and_its_links(
     view.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: {r.get_attribute("data-decision") for r in _rows(d, wait)} == {"fail_closed"})
     assert failed.run_id in {r.get_attribute("data-run") for r in _rows(chromium, wait)}
-    assert "decision=fail_closed" in chromium.current_url
+    assert "lf_decision=fail_closed" in chromium.current_url
 
     # Pagination: one task instance a page, newest run first, "Older" steps back one run.
-    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?limit=1")
+    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?lf_limit=1")
     assert {r.get_attribute("data-run") for r in _rows(chromium, wait)} == {merged.run_id}
     summary = chromium.find_element(By.CSS_SELECTOR, ".lf-summary")
     assert summary.text.startswith("Task instances 1-1 of ")
     older = next(b for b in chromium.find_elements(By.CSS_SELECTOR, ".lf-bar button") if b.text == "Older")
     older.click()
     wait.until(lambda d: {r.get_attribute("data-run") for r in _rows(d, wait)} == {failed.run_id})
-    assert "offset=1" in chromium.current_url
+    assert "lf_offset=1" in chromium.current_url
     assert chromium.find_element(By.CSS_SELECTOR, ".lf-summary").text.startswith("Task instances 2-2 of ")
 
     # The DAG's view and the Browse page (every DAG the viewer may read).
     chromium.get(f"{server}/dags/lf_py_retry/plugin/lakefence_publications_dag")
     tries = {(r.get_attribute("data-try"), r.get_attribute("data-decision")) for r in _rows(chromium, wait)}
     assert ("2", "replace") in tries
-    chromium.get(f"{server}/plugin/lakefence_publications?repository={repo.id}")
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
     rows = _rows(chromium, wait)
     assert {r.get_attribute("data-run") for r in rows} >= {merged.run_id, failed.run_id, replaced.run_id}
     assert {r.find_element(By.CSS_SELECTOR, "td").text for r in rows} == {"lf_py_workspace", "lf_py_retry"}
@@ -245,9 +245,9 @@ def test_the_react_view_shows_each_publication_and_its_links(
     # and asking for that DAG is refused (the API's 403, shown by the view).
     chromium.delete_all_cookies()
     _login(chromium, server, NARROW_USER)
-    chromium.get(f"{server}/plugin/lakefence_publications?repository={repo.id}")
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
     assert {r.find_element(By.CSS_SELECTOR, "td").text for r in _rows(chromium, wait)} == {"lf_py_workspace"}
-    chromium.get(f"{server}/plugin/lakefence_publications?dag_id={HIDDEN_DAG}")
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_dag_id={HIDDEN_DAG}")
     alert = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=lakefence-publications] [role=alert]"))
     assert alert[0].text.startswith("403: ") and HIDDEN_DAG in alert[0].text
     assert not chromium.find_elements(By.CSS_SELECTOR, ROWS)

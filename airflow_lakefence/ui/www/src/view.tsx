@@ -37,15 +37,18 @@ const whole = (value: string | null, fallback: number, low: number, high: number
   return Number.isInteger(found) && found >= low && found <= high ? found : fallback;
 };
 
+/** The view's parameters in the page's URL are prefixed: the host's pages have query parameters of their own. */
+const PREFIX = "lf_";
+
 /** The filters and page the page's URL names (a shared link opens the same rows). */
 function positionInUrl(): Position {
   const query = new URLSearchParams(window.location.search);
   const filters = { ...NO_FILTERS };
-  for (const name of FILTER_NAMES) filters[name] = query.get(name) ?? "";
+  for (const name of FILTER_NAMES) filters[name] = query.get(PREFIX + name) ?? "";
   return {
     filters,
-    offset: whole(query.get("offset"), 0, 0, Number.MAX_SAFE_INTEGER),
-    limit: whole(query.get("limit"), DEFAULT_LIMIT, 1, 100),
+    offset: whole(query.get(`${PREFIX}offset`), 0, 0, Number.MAX_SAFE_INTEGER),
+    limit: whole(query.get(`${PREFIX}limit`), DEFAULT_LIMIT, 1, 100),
   };
 }
 
@@ -53,15 +56,15 @@ function positionInUrl(): Position {
 function showInUrl({ filters, offset, limit }: Position): void {
   const url = new URL(window.location.href);
   for (const name of FILTER_NAMES) {
-    if (filters[name]) url.searchParams.set(name, filters[name]);
-    else url.searchParams.delete(name);
+    if (filters[name]) url.searchParams.set(PREFIX + name, filters[name]);
+    else url.searchParams.delete(PREFIX + name);
   }
   for (const [name, value, fallback] of [
     ["offset", offset, 0],
     ["limit", limit, DEFAULT_LIMIT],
   ] as const) {
-    if (value !== fallback) url.searchParams.set(name, String(value));
-    else url.searchParams.delete(name);
+    if (value !== fallback) url.searchParams.set(PREFIX + name, String(value));
+    else url.searchParams.delete(PREFIX + name);
   }
   if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
 }
