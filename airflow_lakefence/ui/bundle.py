@@ -36,8 +36,8 @@ def bundle_name() -> str | None:
 
 
 def bundle_url() -> str | None:
-    """The bundle's URL on the API server (an absolute path: Airflow 3.1's UI imports it as given,
-    3.2+ resolves it against the page's base), or ``None`` without a bundle."""
+    """The bundle's URL on the API server (an absolute path: the UI of Airflow 3.1 and 3.2 imports it
+    as given, 3.3's resolves it against the page's base), or ``None`` without a bundle."""
     name = bundle_name()
     return None if name is None else f"{URL_PREFIX}/static/{name}"
 

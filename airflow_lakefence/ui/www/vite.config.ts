@@ -1,7 +1,7 @@
 // The view is a library bundle the Airflow UI imports at run time (a plugin's react_app): one UMD file
 // that sets globalThis.AirflowPlugin to the view's component, with React and its JSX runtime taken from
 // the globals the host UI sets (Airflow 3.1 to 3.3 set React, ReactDOM, ReactJSXRuntime and
-// ReactRouterDOM; only 3.3 adds Chakra UI, so the view draws with plain elements and the host's CSS
+// ReactRouterDOM; 3.2 and 3.3 add Chakra UI, 3.1 does not, so the view draws with plain elements and the host's CSS
 // variables). The output goes into the Python package (../static), where the plugin serves it; set
 // LAKEFENCE_BUNDLE_OUT to build elsewhere (the reproducibility check compares such a build with it).
 import { resolve } from "node:path";
