@@ -12,6 +12,18 @@ export interface Evidence {
   error: string;
   kept: boolean;
   head?: string | null;
+  /** The error's message as the run state kept it (redacted, one line), where the server sends it. */
+  message?: string | null;
+}
+
+/** A run's task attempt whose commits a run-branch publication published. */
+export interface RunTask {
+  dag_id: string;
+  run_id: string;
+  task_id: string;
+  map_index: number;
+  try_number: number | null;
+  commits: string[];
 }
 
 export interface Row {
@@ -28,7 +40,7 @@ export interface Row {
   input_ref?: string | null;
   output_ref?: string | null;
   staged_commit?: string | null;
-  replaced?: { output_ref?: unknown; try_number?: unknown } | null;
+  replaced?: { output_ref?: unknown; try_number?: unknown; abandoned?: unknown } | null;
   superseded_by?: number | null;
   judgement?: string | null;
   judgement_label?: string | null;
@@ -37,6 +49,12 @@ export interface Row {
   input_prefixes: string[];
   evidence: Evidence[];
   current?: boolean;
+  /** For an unreported try whose abandoned publication is named: who found it. */
+  found_by?: string | null;
+  run_branch?: string | null;
+  run_head?: string | null;
+  run_tasks: RunTask[];
+  run_tasks_truncated: boolean;
   links: Record<string, string>;
   /** Fields this version of the view does not know, shown as they come. */
   extra: Record<string, unknown>;
@@ -47,6 +65,10 @@ export interface Page {
   total: number;
   offset: number;
   limit: number;
+  /** Where the next page starts (``null``: none); ``undefined`` from a server that does not say. */
+  nextOffset?: number | null;
+  /** Task instances the server read for the page (more than the page's when a decision filters). */
+  scanned?: number;
   calls: number | null;
   bound: number | null;
   errors: Record<string, string>;
@@ -90,6 +112,11 @@ const KNOWN = new Set([
   "input_prefixes",
   "evidence",
   "current",
+  "found_by",
+  "run_branch",
+  "run_head",
+  "run_tasks",
+  "run_tasks_truncated",
   "links",
 ]);
 
@@ -113,6 +140,19 @@ function evidenceOf(value: unknown): Evidence[] {
     error: text(e.error),
     kept: e.kept !== false,
     head: optionalText(e.head),
+    message: optionalText(e.message),
+  }));
+}
+
+function runTasksOf(value: unknown): RunTask[] {
+  if (!Array.isArray(value)) return [];
+  return value.filter(isObject).map((t) => ({
+    dag_id: text(t.dag_id),
+    run_id: text(t.run_id),
+    task_id: text(t.task_id),
+    map_index: numberOr(t.map_index, -1),
+    try_number: t.try_number === null || t.try_number === undefined ? null : numberOr(t.try_number, 0),
+    commits: strings(t.commits),
   }));
 }
 
@@ -156,6 +196,11 @@ export function rowOf(value: Json): Row {
     input_prefixes: strings(value.input_prefixes),
     evidence: evidenceOf(value.evidence),
     current: value.current === true,
+    found_by: optionalText(value.found_by),
+    run_branch: optionalText(value.run_branch),
+    run_head: optionalText(value.run_head),
+    run_tasks: runTasksOf(value.run_tasks),
+    run_tasks_truncated: value.run_tasks_truncated === true,
     links: linksOf(value.links),
     extra,
   };
@@ -214,6 +259,12 @@ export async function fetchPage(query: Query, signal: AbortSignal): Promise<Page
     total: numberOr(body.total_task_instances, 0),
     offset: numberOr(body.offset, query.offset),
     limit: numberOr(body.limit, query.limit),
+    nextOffset: !("next_offset" in body)
+      ? undefined
+      : body.next_offset === null
+        ? null
+        : numberOr(body.next_offset, query.offset + query.limit),
+    scanned: typeof body.scanned_task_instances === "number" ? body.scanned_task_instances : undefined,
     calls: typeof body.lakefs_calls === "number" ? body.lakefs_calls : null,
     bound: typeof body.lakefs_calls_bound === "number" ? body.lakefs_calls_bound : null,
     errors,

@@ -23,6 +23,8 @@ border:1px solid ${border};border-radius:4px;padding:3px 6px}
 .lf-table th,.lf-table td{border-bottom:1px solid ${border};padding:4px 6px;text-align:left;vertical-align:top}
 .lf-table th{background:${subtle};font-weight:600;white-space:nowrap}
 .lf-muted{color:${muted}}.lf-reason{color:${muted};font-size:12px;max-width:26em}
+.lf-message{color:${muted};font-size:12px;max-width:40em;overflow-wrap:anywhere}
+.lf-view .run{margin-top:4px;font-size:12px}.lf-view .run-task{margin-left:8px}
 .lf-d-merge,.lf-d-replace,.lf-d-relocate,.lf-d-idempotent,.lf-d-noop{color:${good};font-weight:600}
 .lf-d-fail_closed{color:${bad};font-weight:600}.lf-d-unreported{color:${muted};font-weight:600}
 .lf-j-live{color:${good};font-weight:600}.lf-j-abandoned{color:${bad};font-weight:600}

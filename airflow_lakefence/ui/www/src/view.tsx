@@ -101,9 +101,12 @@ function Replaced({ row }: { row: Row }): ReactNode {
   const parts: ReactNode[] = [];
   if (row.replaced) {
     const previous = typeof row.replaced.output_ref === "string" ? row.replaced.output_ref : null;
+    const number = row.replaced.try_number;
+    const what = row.replaced.abandoned ? "the abandoned publication of try" : "try";
     parts.push(
       <div key="replaced">
-        replaced try {String(row.replaced.try_number ?? "?")}: <Commit sha={previous} url={row.links.replaced} />
+        {number ? `replaced ${what} ${String(number)}: ` : "replaced an abandoned publication: "}
+        <Commit sha={previous} url={row.links.replaced} />
       </div>,
     );
   } else if (row.decision === "replace") {
@@ -112,7 +115,49 @@ function Replaced({ row }: { row: Row }): ReactNode {
   if (row.superseded_by !== null && row.superseded_by !== undefined) {
     parts.push(<div key="superseded">superseded by try {row.superseded_by}</div>);
   }
+  if (row.found_by) {
+    parts.push(
+      <div key="found" className="lf-muted">
+        left on the target, found by the {row.found_by === "replacing try" ? "replacing try's record" : "sensor's probe"}
+      </div>,
+    );
+  }
   return parts;
+}
+
+/** A run-branch publication: the run branch it published and the run's task attempts inside it. */
+function RunBranch({ row }: { row: Row }): ReactNode {
+  if (!row.run_branch) return null;
+  return (
+    <div className="run">
+      run branch{" "}
+      {row.links.run_branch ? (
+        <a href={row.links.run_branch} target="_blank" rel="noopener noreferrer">
+          {row.run_branch}
+        </a>
+      ) : (
+        row.run_branch
+      )}
+      {row.run_tasks.map((task) => (
+        <div
+          key={`${task.dag_id}|${task.task_id}|${task.map_index}|${task.try_number}`}
+          className="run-task"
+          data-task={task.task_id}
+          data-try={task.try_number ?? ""}
+        >
+          {task.task_id}
+          {task.map_index >= 0 && ` [${task.map_index}]`}
+          {task.try_number !== null && ` try ${task.try_number}`}:{" "}
+          {task.commits.map((commit) => (
+            <span key={commit}>
+              <Commit sha={commit} url={row.links[`run_task:${commit}`]} />{" "}
+            </span>
+          ))}
+        </div>
+      ))}
+      {row.run_tasks_truncated && <span className="lf-muted">(newest shown)</span>}
+    </div>
+  );
 }
 
 function Scope({ row }: { row: Row }): ReactNode {
@@ -140,6 +185,7 @@ function EvidenceList({ row }: { row: Row }): ReactNode {
           </span>
         )}{" "}
         <b>{entry.error}</b>
+        {entry.message && <div className="lf-message">{entry.message}</div>}
       </div>
     );
   });
@@ -194,6 +240,7 @@ function PublicationRow({ row }: { row: Row }): ReactNode {
       <td className="decision">
         <span className={`lf-d-${row.decision}`}>{label(row.decision)}</span>
         <div className="lf-reason">{row.reason}</div>
+        <RunBranch row={row} />
       </td>
       <td>
         {row.repository}@{row.target_branch}
@@ -254,6 +301,9 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
   const [offset, setOffset] = useState(start.offset);
   const [limit, setLimit] = useState(start.limit);
   const [reloads, setReloads] = useState(0);
+  // The offsets of the pages seen before this one: a page filtered by decision may read further than
+  // its limit, so "newer" goes back to where the previous page started.
+  const [trail, setTrail] = useState<number[]>([]);
   const [page, setPage] = useState<Page | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
@@ -265,6 +315,7 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
     if (shownScope.current !== scope) {
       shownScope.current = scope;
       setOffset(0);
+      setTrail([]);
     }
   }, [scope]);
   useEffect(() => showInUrl({ filters, offset, limit }), [filters, offset, limit]);
@@ -302,12 +353,14 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
   const apply = (event: FormEvent) => {
     event.preventDefault();
     setOffset(0);
+    setTrail([]);
     setFilters(draft);
   };
   const clear = () => {
     setDraft(NO_FILTERS);
     setFilters(NO_FILTERS);
     setOffset(0);
+    setTrail([]);
   };
   const field = (name: keyof Filters, placeholder: string) => (
     <input
@@ -321,7 +374,18 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
 
   const total = page?.total ?? 0;
   const first = total ? offset + 1 : 0;
-  const last = Math.min(offset + limit, total);
+  const last = Math.min(offset + (page?.scanned ?? limit), total);
+  // The server's next page where it says (it may have read past the limit), else the next limit's worth.
+  const next = page?.nextOffset !== undefined ? page.nextOffset : offset + limit < total ? offset + limit : null;
+  const older = () => {
+    if (next === null) return;
+    setTrail([...trail, offset]);
+    setOffset(next);
+  };
+  const newer = () => {
+    setOffset(trail.length ? trail[trail.length - 1] : Math.max(0, offset - limit));
+    setTrail(trail.slice(0, -1));
+  };
   return (
     <div className="lf-view" data-testid="lakefence-publications">
       <style>{STYLE}</style>
@@ -361,10 +425,10 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
           )}
           {loading && " · loading…"}
         </span>
-        <button type="button" disabled={offset === 0} onClick={() => setOffset(Math.max(0, offset - limit))}>
+        <button type="button" disabled={offset === 0} onClick={newer}>
           Newer
         </button>
-        <button type="button" disabled={offset + limit >= total} onClick={() => setOffset(offset + limit)}>
+        <button type="button" disabled={next === null || loading} onClick={older}>
           Older
         </button>
         <select
@@ -372,6 +436,7 @@ export function PublicationsView(props: PublicationsViewProps): ReactNode {
           value={limit}
           onChange={(event) => {
             setOffset(0);
+            setTrail([]);
             setLimit(Number(event.target.value));
           }}
         >
