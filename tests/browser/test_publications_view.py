@@ -249,8 +249,38 @@ def test_the_react_view_shows_each_publication_and_its_links(
     chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
     rows = _rows(chromium, wait)
     assert {r.get_attribute("data-run") for r in rows} >= {merged.run_id, failed.run_id, replaced.run_id}
-    assert {r.find_element(By.CSS_SELECTOR, "td").text for r in rows} == {"lf_py_workspace", "lf_py_retry"}
+    assert {r.find_element(By.CSS_SELECTOR, "td").text for r in rows} >= {"lf_py_workspace", "lf_py_retry"}
     _picture(chromium, "publications-browse.png", images)
+
+    if "abandoned" in scenario:
+        # Where the scenario names the dead try's abandoned publication: its row shows the commit, judged
+        # abandoned, and the retry's row links it.
+        chromium.get(f"{server}/dags/lf_py_retry/runs/{run}/tasks/publish/plugin/lakefence_publications_task_instance")
+        retry, dead = _rows(chromium, wait, 2)
+        assert dead.get_attribute("data-output") == scenario["abandoned"]
+        assert dead.find_element(By.CSS_SELECTOR, "td.judgement").text == "abandoned"
+        assert retry.find_element(By.CSS_SELECTOR, "td.replaced a").get_attribute("href") == (
+            f"{ui}/repositories/{repo.id}/commits/{scenario['abandoned']}"
+        )
+    if "run" in scenario:
+        # A run-branch publication: the run branch and the run's task inside it, with its commits' links.
+        run_branch = xcoms(scenario["run"], "run_branch")["return_value"]
+        written = xcoms(scenario["run"], "write")
+        branch_run = urllib.parse.quote(scenario["run"].run_id, safe="")
+        chromium.get(
+            f"{server}/dags/lf_run_branch/runs/{branch_run}/tasks/publish/plugin/lakefence_publications_task_instance"
+        )
+        (row,) = _rows(chromium, wait, 1)
+        assert row.get_attribute("data-decision") == "merge"
+        link = row.find_element(By.CSS_SELECTOR, ".run > a")
+        assert (link.text, link.get_attribute("href")) == (
+            run_branch,
+            f"{ui}/repositories/{repo.id}/objects?ref={run_branch}",
+        )
+        task = row.find_element(By.CSS_SELECTOR, ".run-task[data-task=write][data-try='1']")
+        assert f"{ui}/repositories/{repo.id}/commits/{written['output_ref']}" in {
+            a.get_attribute("href") for a in task.find_elements(By.TAG_NAME, "a")
+        }
 
     # The server-rendered page (what Airflow 3.0's extra link opens) still shows the same rows.
     chromium.get(f"{server}/lakefence/view?dag_id=lf_py_retry&run_id={run}&task_id=publish")
@@ -265,7 +295,8 @@ def test_the_react_view_shows_each_publication_and_its_links(
     chromium.delete_all_cookies()
     _login(chromium, server, NARROW_USER)
     chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
-    assert {r.find_element(By.CSS_SELECTOR, "td").text for r in _rows(chromium, wait)} == {"lf_py_workspace"}
+    seen = {r.find_element(By.CSS_SELECTOR, "td").text for r in _rows(chromium, wait)}
+    assert "lf_py_workspace" in seen and HIDDEN_DAG not in seen
     chromium.get(f"{server}/plugin/lakefence_publications?lf_dag_id={HIDDEN_DAG}")
     alert = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=lakefence-publications] [role=alert]"))
     assert alert[0].text.startswith("403: ") and HIDDEN_DAG in alert[0].text
