@@ -36,6 +36,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
 from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
+from airflow_lakefence.ui.bundle import add_bundle_route
 from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult
 from airflow_lakefence.ui.source import PageQuery, task_instance_page
 
@@ -260,6 +261,7 @@ def create_app() -> FastAPI:
             )
         )
 
+    add_bundle_route(app)  # the React view's bundle (ui/bundle.py)
     return app
 
 

@@ -2,13 +2,17 @@
 over loopback HTTP by uvicorn, after a real scenario under ``dag.test()``: a try that failed closed
 and kept its staging branch as evidence, a first-try merge, and a worker killed after publishing
 whose retry replaced its publication. A headless Chromium logs in as a viewer (SimpleAuthManager
-with users), opens the task instance's "lakeFS publications" tab in Airflow's UI, finds each row
-with its decision, commits and links, follows the published commit's link into lakeFS's commit page,
-and saves the screenshots docs/publications-view.md shows.
+with users) and opens the React view (the plugin's ``react_apps``, drawn by Airflow's own UI) on the
+task instance, the task, the DAG and the Browse page: it finds each row with its decision, commits
+and links, filters and pages, follows the links into lakeFS's pages, checks the server-rendered page
+kept for Airflow 3.0 and saves the screenshots docs/publications-view.md and the README show.
+
+It runs on Airflow 3.3 (``tox -e py``) and 3.1 (``tox -e airflow31``).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import time
 import urllib.parse
@@ -19,16 +23,24 @@ from typing import Any
 
 import lakefs
 import pytest
+from packaging.version import Version
 
 from tests.browser.conftest import free_port
 from tests.conftest import REPO
 from tests.integration.conftest import dags, seeded  # noqa: F401 - the scenario's fixtures
 from tests.integration.helpers import xcoms
-from tests.integration.ui.publications_support import PASSWORDS, api_server_app, publications_scenario
+from tests.integration.ui.publications_support import (
+    HIDDEN_DAG,
+    NARROW_USER,
+    PASSWORDS,
+    api_server_app,
+    publications_scenario,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
 IMAGES = REPO / "docs" / "images"
+NEWEST_AIRFLOW = Version(importlib.metadata.version("apache-airflow")).release[:2] >= (3, 3)
 
 
 @pytest.fixture
@@ -75,12 +87,70 @@ def _login(chromium: Any, base: str, user: str) -> None:
     chromium.add_cookie({"name": "_token", "value": token, "path": "/"})
 
 
-def test_the_publications_tab_shows_each_publication_and_its_links(
-    server: str, scenario: dict[str, Any], chromium: Any, lakefs_conn: dict[str, str]
+ROWS = "[data-testid=lakefence-publications] tr.publication"
+
+
+def _rows(chromium: Any, wait: Any, expected: int | None = None) -> list[Any]:
+    """The React view's rows once it has drawn them (and, with ``expected``, that many)."""
+    from selenium.webdriver.common.by import By
+
+    def drawn(driver: Any) -> list[Any] | None:
+        summary = driver.find_elements(By.CSS_SELECTOR, "[data-testid=lakefence-publications] .lf-summary")
+        if not summary or "loading" in summary[0].text:
+            return None
+        found = driver.find_elements(By.CSS_SELECTOR, ROWS)
+        return found if found and (expected is None or len(found) == expected) else None
+
+    return list(wait.until(drawn))
+
+
+def _follow_into_lakefs(chromium: Any, link: Any, url: str, expect: str, lakefs_conn: dict[str, str]) -> str:
+    """Click a link of the view (it opens a new tab) and return the lakeFS page's text once it shows
+    ``expect``; the driver is left on that tab.
+
+    The local server draws lakeFS's UI routes itself. Real lakeFS built without its web UI answers them
+    "lakeFS UI Not Built": there the tab must have reached ``url``, and the text is returned as it is.
+    Real lakeFS built with its web UI asks for its preferences and a login first: where the tree has
+    ``tests/browser/lakefs_ui.py`` its ``open_lakefs_page`` answers both, as an operator would.
+    """
+    from selenium.webdriver.common.by import By
+
+    assert link.get_attribute("href") == url
+    before = set(chromium.window_handles)
+    link.click()
+    deadline = time.monotonic() + 30
+    while not (set(chromium.window_handles) - before):
+        assert time.monotonic() < deadline, "the link opened no tab"
+        time.sleep(0.1)  # polling the browser's tabs, bounded by the deadline
+    chromium.switch_to.window((set(chromium.window_handles) - before).pop())
+    text = " ".join(chromium.find_element(By.TAG_NAME, "body").text.split())
+    if "lakeFS UI Not Built" in text:
+        assert urllib.parse.unquote(chromium.current_url) == urllib.parse.unquote(url)
+        return text
+    if expect in text:
+        return text
+    try:
+        from tests.browser.lakefs_ui import open_lakefs_page
+    except ImportError:
+        raise AssertionError(f"{url} does not show {expect!r}: {text[:500]!r}") from None
+    return str(
+        open_lakefs_page(
+            chromium, url, access_key_id=lakefs_conn["login"], secret_access_key=lakefs_conn["password"], expect=expect
+        )
+    )
+
+
+def _picture(chromium: Any, name: str, folder: Path) -> None:
+    time.sleep(1)  # let the UI finish drawing around the view before the picture
+    folder.mkdir(exist_ok=True)
+    chromium.save_screenshot(str(folder / name))
+
+
+def test_the_react_view_shows_each_publication_and_its_links(
+    server: str, scenario: dict[str, Any], chromium: Any, lakefs_conn: dict[str, str], tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     repo, merged, failed, replaced = scenario["repo"], scenario["merged"], scenario["failed"], scenario["replaced"]
     _login(chromium, server, "viewer")
@@ -88,49 +158,146 @@ def test_the_publications_tab_shows_each_publication_and_its_links(
     # The UI's first page load compiles nothing but fetches a lot: give it time on a loaded machine.
     wait = WebDriverWait(chromium, 60)
     ui = lakefs_conn["host"].rstrip("/").removesuffix("/api/v1")
+    main_tab = chromium.current_window_handle
+    # The docs show Airflow 3.3's UI: an older Airflow's run keeps its pictures out of the tree.
+    images = IMAGES if NEWEST_AIRFLOW else tmp_path / "images"
 
-    # The killed worker's task instance: its "lakeFS publications" tab in Airflow's UI (a frame).
+    # The killed worker's task instance: its "lakeFS publications" tab, drawn by Airflow's UI itself.
     run = urllib.parse.quote(replaced.run_id, safe="")
     chromium.get(f"{server}/dags/lf_py_retry/runs/{run}/tasks/publish/plugin/lakefence_publications_task_instance")
-    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe")))
-    assert "/lakefence/view?dag_id=lf_py_retry" in (frame.get_attribute("src") or "")
-    chromium.switch_to.frame(frame)
-    rows = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.publication") or None)
+    rows = _rows(chromium, wait)
+    assert not chromium.find_elements(By.TAG_NAME, "iframe"), "the React view, not the page in a frame"
     assert [(r.get_attribute("data-try"), r.get_attribute("data-decision")) for r in rows] == [
         ("2", "replace"),
         ("1", "unreported"),
     ]
     output = xcoms(replaced, "publish")["output_ref"]
     assert rows[0].get_attribute("data-output") == output
-    chromium.switch_to.default_content()
-    time.sleep(1)  # let the UI finish drawing around the frame before the picture
-    IMAGES.mkdir(exist_ok=True)
-    chromium.save_screenshot(str(IMAGES / "publications-task-instance.png"))
+    # "replaced an abandoned publication", or, where the server names it, "... the abandoned publication of try 1".
+    assert "abandoned publication" in rows[0].find_element(By.CSS_SELECTOR, "td.replaced").text
+    assert rows[0].find_element(By.CSS_SELECTOR, "td.judgement").text == "live"
+    published = rows[0].find_element(By.CSS_SELECTOR, "td.published a")
+    assert published.get_attribute("href") == f"{ui}/repositories/{repo.id}/commits/{output}"
+    _picture(chromium, "publications-task-instance.png", images)
 
-    # The task's view across its runs: the merge and the try that failed closed with its evidence.
-    chromium.get(f"{server}/lakefence/view?dag_id=lf_py_workspace&task_id=publish&limit=2")
-    rows = {r.get_attribute("data-run"): r for r in chromium.find_elements(By.CSS_SELECTOR, "tr.publication")}
+    # The task's view across its runs (the two newest, from the URL): the merge and the try that failed
+    # closed, with its evidence.
+    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?lf_limit=2")
+    rows = {r.get_attribute("data-run"): r for r in _rows(chromium, wait)}
     assert rows[merged.run_id].get_attribute("data-decision") == "merge"
     assert rows[failed.run_id].get_attribute("data-decision") == "fail_closed"
+    staging = scenario["error"].staging_branch
     evidence = rows[failed.run_id].find_element(By.CSS_SELECTOR, "td.evidence a")
-    assert evidence.text == scenario["error"].staging_branch
-    assert (
-        evidence.get_attribute("href") == f"{ui}/repositories/{repo.id}/objects?ref={scenario['error'].staging_branch}"
-    )
+    assert evidence.text == staging
+    assert evidence.get_attribute("href") == f"{ui}/repositories/{repo.id}/objects?ref={staging}"
     assert "PublishFenceError" in rows[failed.run_id].text
     values = xcoms(merged, "publish")
-    published = rows[merged.run_id].find_element(By.CSS_SELECTOR, "td.published a")
-    assert published.get_attribute("href") == f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
-    chromium.save_screenshot(str(IMAGES / "publications-task.png"))
+    merge = rows[merged.run_id]
+    assert merge.find_element(By.CSS_SELECTOR, "td.published a").get_attribute("href") == (
+        f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
+    )
+    assert merge.find_element(By.CSS_SELECTOR, "td.staged a").get_attribute("href") == (
+        f"{ui}/repositories/{repo.id}/commits/{values['staged_commit']}"
+    )
+    compare = merge.find_element(By.CSS_SELECTOR, "td.published a.compare").get_attribute("href")
+    assert compare == (
+        f"{ui}/repositories/{repo.id}/compare?ref={values['input_ref']}&compareRef={values['output_ref']}"
+    )
+    assert merge.find_element(By.CSS_SELECTOR, "td.judgement").text == "live"
+    _picture(chromium, "publications-task.png", images)
 
-    # The published commit's link opens lakeFS's page of that commit, with its lakefence record. Real
-    # lakeFS built here from its Go module serves its UI routes without the compiled web UI ("UI Not
-    # Built"): there the link reaches lakeFS's UI route, and the page's content is checked on the local
-    # server, which draws the same route.
-    href = published.get_attribute("href")
-    chromium.get(href)
-    page = " ".join(chromium.find_element(By.TAG_NAME, "body").text.split())
-    if "lakeFS UI Not Built" in page:
-        assert chromium.current_url == href
-    else:
+    # The links open lakeFS's pages in a new tab: the published commit's (with its lakefence record) and
+    # the evidence branch's.
+    commit_page = f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
+    link = merge.find_element(By.CSS_SELECTOR, "td.published a")
+    page = _follow_into_lakefs(chromium, link, commit_page, values["output_ref"], lakefs_conn)
+    if "lakeFS UI Not Built" not in page and "local lakeFS-compatible test server" in page:
         assert f"Commit {values['output_ref']}" in page and "Role (lakefence.role) publish" in page
+    chromium.close()
+    chromium.switch_to.window(main_tab)
+    failed_row = next(r for r in _rows(chromium, wait) if r.get_attribute("data-run") == failed.run_id)
+    branch_page = f"{ui}/repositories/{repo.id}/objects?ref={staging}"
+    _follow_into_lakefs(
+        chromium, failed_row.find_element(By.CSS_SELECTOR, "td.evidence a"), branch_page, staging, lakefs_conn
+    )
+    chromium.close()
+    chromium.switch_to.window(main_tab)
+
+    # Filters: the decision "fail closed" leaves the failed run's row; the URL keeps the filter.
+    view = chromium.find_element(By.CSS_SELECTOR, "[data-testid=lakefence-publications]")
+    Select(view.find_element(By.CSS_SELECTOR, "select[name=decision]")).select_by_value("fail_closed")
+    view.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: {r.get_attribute("data-decision") for r in _rows(d, wait)} == {"fail_closed"})
+    assert failed.run_id in {r.get_attribute("data-run") for r in _rows(chromium, wait)}
+    assert "lf_decision=fail_closed" in chromium.current_url
+
+    # Pagination: one task instance a page, newest run first, "Older" steps back one run.
+    chromium.get(f"{server}/dags/lf_py_workspace/tasks/publish/plugin/lakefence_publications_task?lf_limit=1")
+    assert {r.get_attribute("data-run") for r in _rows(chromium, wait)} == {merged.run_id}
+    summary = chromium.find_element(By.CSS_SELECTOR, ".lf-summary")
+    assert summary.text.startswith("Task instances 1-1 of ")
+    older = next(b for b in chromium.find_elements(By.CSS_SELECTOR, ".lf-bar button") if b.text == "Older")
+    older.click()
+    wait.until(lambda d: {r.get_attribute("data-run") for r in _rows(d, wait)} == {failed.run_id})
+    assert "lf_offset=1" in chromium.current_url
+    assert chromium.find_element(By.CSS_SELECTOR, ".lf-summary").text.startswith("Task instances 2-2 of ")
+
+    # The DAG's view and the Browse page (every DAG the viewer may read).
+    chromium.get(f"{server}/dags/lf_py_retry/plugin/lakefence_publications_dag")
+    tries = {(r.get_attribute("data-try"), r.get_attribute("data-decision")) for r in _rows(chromium, wait)}
+    assert ("2", "replace") in tries
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
+    rows = _rows(chromium, wait)
+    assert {r.get_attribute("data-run") for r in rows} >= {merged.run_id, failed.run_id, replaced.run_id}
+    assert {r.find_element(By.CSS_SELECTOR, "td").text for r in rows} >= {"lf_py_workspace", "lf_py_retry"}
+    _picture(chromium, "publications-browse.png", images)
+
+    if "abandoned" in scenario:
+        # Where the scenario names the dead try's abandoned publication: its row shows the commit, judged
+        # abandoned, and the retry's row links it.
+        chromium.get(f"{server}/dags/lf_py_retry/runs/{run}/tasks/publish/plugin/lakefence_publications_task_instance")
+        retry, dead = _rows(chromium, wait, 2)
+        assert dead.get_attribute("data-output") == scenario["abandoned"]
+        assert dead.find_element(By.CSS_SELECTOR, "td.judgement").text == "abandoned"
+        assert retry.find_element(By.CSS_SELECTOR, "td.replaced a").get_attribute("href") == (
+            f"{ui}/repositories/{repo.id}/commits/{scenario['abandoned']}"
+        )
+    if "run" in scenario:
+        # A run-branch publication: the run branch and the run's task inside it, with its commits' links.
+        run_branch = xcoms(scenario["run"], "run_branch")["return_value"]
+        written = xcoms(scenario["run"], "write")
+        branch_run = urllib.parse.quote(scenario["run"].run_id, safe="")
+        chromium.get(
+            f"{server}/dags/lf_run_branch/runs/{branch_run}/tasks/publish/plugin/lakefence_publications_task_instance"
+        )
+        (row,) = _rows(chromium, wait, 1)
+        assert row.get_attribute("data-decision") == "merge"
+        link = row.find_element(By.CSS_SELECTOR, ".run > a")
+        assert (link.text, link.get_attribute("href")) == (
+            run_branch,
+            f"{ui}/repositories/{repo.id}/objects?ref={run_branch}",
+        )
+        task = row.find_element(By.CSS_SELECTOR, ".run-task[data-task=write][data-try='1']")
+        assert f"{ui}/repositories/{repo.id}/commits/{written['output_ref']}" in {
+            a.get_attribute("href") for a in task.find_elements(By.TAG_NAME, "a")
+        }
+
+    # The server-rendered page (what Airflow 3.0's extra link opens) still shows the same rows.
+    chromium.get(f"{server}/lakefence/view?dag_id=lf_py_retry&run_id={run}&task_id=publish")
+    page_rows = chromium.find_elements(By.CSS_SELECTOR, "tr.publication")
+    assert [(r.get_attribute("data-try"), r.get_attribute("data-decision")) for r in page_rows] == [
+        ("2", "replace"),
+        ("1", "unreported"),
+    ]
+
+    # Airflow's permissions hold in the browser: a user who may not read lf_py_retry never sees its rows,
+    # and asking for that DAG is refused (the API's 403, shown by the view).
+    chromium.delete_all_cookies()
+    _login(chromium, server, NARROW_USER)
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_repository={repo.id}")
+    seen = {r.find_element(By.CSS_SELECTOR, "td").text for r in _rows(chromium, wait)}
+    assert "lf_py_workspace" in seen and HIDDEN_DAG not in seen
+    chromium.get(f"{server}/plugin/lakefence_publications?lf_dag_id={HIDDEN_DAG}")
+    alert = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=lakefence-publications] [role=alert]"))
+    assert alert[0].text.startswith("403: ") and HIDDEN_DAG in alert[0].text
+    assert not chromium.find_elements(By.CSS_SELECTOR, ROWS)

@@ -278,11 +278,15 @@ def test_a_user_without_access_to_a_dag_never_sees_its_publications(api: Any, sc
     assert {"lf_py_workspace", HIDDEN_DAG} <= {r["dag_id"] for r in seen_by_viewer}
 
 
-def test_the_ui_lists_the_external_views(api: Any) -> None:
+def test_the_ui_lists_the_views(api: Any) -> None:
     answer = api.get("/api/v2/plugins", headers=_token(api, "admin"))
     assert answer.status_code == 200, answer.text
+    # React apps, or external views where the HTML page is asked for (tests/integration/ui/test_bundle.py).
     views = [
-        v for p in answer.json()["plugins"] for v in p.get("external_views", []) if v["name"] == "lakeFS publications"
+        v
+        for p in answer.json()["plugins"]
+        for v in [*p.get("external_views", []), *p.get("react_apps", [])]
+        if v["name"] == "lakeFS publications"
     ]
     assert {v["destination"] for v in views} == {"task_instance", "task", "dag", "nav"}
 
