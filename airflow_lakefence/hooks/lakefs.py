@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import urllib.parse
 from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
+from airflow.providers.common.compat.sdk import redact as airflow_redact
 
 from airflow_lakefence.core.fences.hard import FenceCheck
 from airflow_lakefence.core.names.locations import (
@@ -28,21 +28,6 @@ from airflow_lakefence.exceptions import (
 from airflow_lakefence.hardfence import InstallResult, check_hard_fence, install_hard_fence
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.errors import transport_cause
-
-
-def _airflow_redact() -> Any:
-    """Airflow's ``redact`` (its secrets masker: connection passwords it was asked to mask), if found."""
-    for module in (
-        "airflow.sdk._shared.secrets_masker",  # 3.1+
-        "airflow.sdk.execution_time.secrets_masker",  # 3.0
-        "airflow.utils.log.secrets_masker",  # 2.x
-    ):
-        try:
-            return importlib.import_module(module).redact
-        except (ImportError, AttributeError):
-            continue
-    return None
-
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -193,12 +178,10 @@ class LakeFSHook(BaseHook):
         for secret in (password, login):
             if secret:
                 text = text.replace(secret, "***")
-        masker = _airflow_redact()
-        if masker is not None:
-            try:
-                text = str(masker(text))
-            except Exception:  # the masker is a second net: the key pair is masked above
-                pass
+        try:
+            text = str(airflow_redact(text))
+        except Exception:  # the masker is a second net: the key pair is masked above
+            pass
         return text
 
     # -- hard fence (the lakeFS pre-merge hook; airflow_lakefence.hardfence) -----------------
