@@ -1,4 +1,4 @@
-"""The "lakeFS publications" view: a FastAPI app the Airflow API server mounts (Airflow 3.1+).
+"""The "lakeFS publications" view: a FastAPI app the Airflow API server mounts (Airflow 3.0+).
 
 Two endpoints under the plugin's prefix (:data:`airflow_lakefence.ui.URL_PREFIX`):
 
@@ -15,48 +15,26 @@ own ``get_user`` (the ``Authorization: Bearer`` header, or the UI's session cook
 through the configured auth manager: an anonymous request gets 401, a user without read access to a
 DAG's task instances gets 403 for that DAG and never sees its rows in the cross-DAG list.
 
-The lakeFS connection is ``[lakefence] publications_conn_id`` (default ``lakefs_default``); its
-credentials stay in the API server.
+Reading and rendering a page are :mod:`~airflow_lakefence.ui.page`'s, shared with Airflow 2.11's view
+(:mod:`~airflow_lakefence.ui.fab`). The lakeFS connection is ``[lakefence] publications_conn_id``
+(default ``lakefs_default``); its credentials stay in the API server.
 """
 
 from __future__ import annotations
 
-import html
-import urllib.parse
-from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Annotated, Any
 
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
-from airflow_lakefence.core.publication.history import DECISION_REASONS, PublicationRow
-from airflow_lakefence.ui.reader import CACHE_SECONDS, HistoryReader, PageResult, calls_bound
-from airflow_lakefence.ui.source import PageQuery, task_instance_page
+from airflow_lakefence.core.publication.history import PublicationRow
+from airflow_lakefence.ui.page import MAX_LIMIT, filled, page_json, read_page, reader, render_page
+from airflow_lakefence.ui.reader import PageResult
 
-#: The most task instances one page shows.
-MAX_LIMIT = 100
-
-
-def _conf(name: str, fallback: str) -> str:
-    from airflow.configuration import conf
-
-    return str(conf.get("lakefence", name, fallback=fallback))
-
-
-@lru_cache(maxsize=4)
-def _reader(conn_id: str) -> tuple[HistoryReader, str]:
-    from airflow_lakefence.hooks.lakefs import LakeFSHook
-
-    hook = LakeFSHook(lakefs_conn_id=conn_id)
-    return HistoryReader(hook.client), str(hook.settings["ui_base_url"])
-
-
-def reader() -> tuple[HistoryReader, str]:
-    """The history reader of the configured connection, and the lakeFS UI base URL."""
-    return _reader(_conf("publications_conn_id", "lakefs_default"))
+# ``reader`` stays importable from here: the benchmark clears its cache through this module.
+__all__ = ["PageParams", "create_app", "reader"]
 
 
 def _readable_dag_ids(user: Any, dag_id: str | None) -> tuple[str, ...]:
@@ -104,60 +82,12 @@ class PageParams:
 
 def _page(user: Any, params: PageParams) -> tuple[list[PublicationRow], PageResult, int, str]:
     """The page's rows (the decision filter applied), what was read, the task instances in all, the lakeFS UI."""
-    from airflow.utils.session import create_session
-
-    dag_ids = _readable_dag_ids(user, _filled(params.dag_id))
-    query = PageQuery(
-        dag_ids,
-        _filled(params.task_id),
-        _filled(params.run_id),
-        _map_index(params.map_index),
-        params.repository,
-        params.branch,
-        params.offset,
-        params.limit,
-    )
-    with create_session() as session:
-        facts, total = task_instance_page(session, query, _conf("publications_staging_prefix", "lakefence"))
-    history, ui_base = reader()
-    result = history.read(facts)
-    return list(_rows(result, params.decision)), result, total, ui_base
-
-
-def links(ui_base: str, row: PublicationRow) -> dict[str, str]:
-    """The lakeFS UI pages of a row: its commits, the diff of its output against its input, its evidence.
-
-    :param ui_base: the lakeFS UI base URL.
-    :param row: the row.
-    """
-    from airflow_lakefence.links.lakefs import branch_url, commit_url
-
-    found = {}
-    for name in ("input_commit", "staged_commit", "output_ref"):
-        value = getattr(row, name)
-        if value:
-            found[name] = commit_url(ui_base, row.repository, value)
-    if row.output_ref and row.input_commit and row.output_ref != row.input_commit:
-        query = urllib.parse.urlencode({"ref": row.input_commit, "compareRef": row.output_ref})
-        found["compare"] = f"{ui_base}/repositories/{urllib.parse.quote(row.repository)}/compare?{query}"
-    if row.replaced and isinstance(row.replaced.get("output_ref"), str):
-        found["replaced"] = commit_url(ui_base, row.repository, row.replaced["output_ref"])
-    for entry in row.evidence:
-        if entry.kept:
-            found[f"evidence:{entry.branch}"] = branch_url(ui_base, row.repository, entry.branch)
-    return found
-
-
-def _filled(value: str | None) -> str | None:
-    """A query value, ``None`` for an empty one or a placeholder the UI left unfilled (``{MAP_INDEX}``
-    on an unmapped task instance's page)."""
-    if not value or (value.startswith("{") and value.endswith("}")):
-        return None
-    return value
+    query = {**vars(params), "map_index": _map_index(params.map_index)}
+    return read_page(_readable_dag_ids(user, filled(params.dag_id)), query)
 
 
 def _map_index(value: str | None) -> int | None:
-    value = _filled(value)
+    value = filled(value)
     if value is None:
         return None
     try:
@@ -168,10 +98,6 @@ def _map_index(value: str | None) -> int | None:
         ) from None
 
 
-def _rows(result: PageResult, decision: str | None) -> Iterable[PublicationRow]:
-    return [r for r in result.rows if decision is None or r.decision == decision]
-
-
 def create_app() -> FastAPI:
     """The app the plugin registers (``fastapi_apps``)."""
     app = FastAPI(title="lakeFence publications", description=__doc__)
@@ -180,18 +106,7 @@ def create_app() -> FastAPI:
     def publications(user: GetUserDep, params: Annotated[PageParams, Depends()]) -> dict[str, Any]:
         """The publication history rows of a page (see the module's docstring)."""
         rows, result, total, ui_base = _page(user, params)
-        task_instances = len({(r.dag_id, r.run_id, r.task_id, r.map_index) for r in result.rows})
-        published = len({(r.repository, r.output_ref) for r in result.rows if r.output_ref})
-        return {
-            "rows": [{**r.to_dict(), "links": links(ui_base, r)} for r in rows],
-            "total_task_instances": total,
-            "offset": params.offset,
-            "limit": params.limit,
-            "lakefs_calls": result.calls,
-            "lakefs_calls_bound": calls_bound(task_instances, published),
-            "cache_seconds": CACHE_SECONDS,
-            "errors": result.errors,
-        }
+        return page_json(rows, result, total, ui_base, params.offset, params.limit)
 
     @app.get("/view", response_class=HTMLResponse)
     def view(request: Request, user: GetUserDep, params: Annotated[PageParams, Depends()]) -> HTMLResponse:
@@ -201,129 +116,3 @@ def create_app() -> FastAPI:
         return HTMLResponse(render_page(rows, ui_base, total, params.offset, params.limit, result, query))
 
     return app
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
-
-
-def _code_link(url: str | None, text: str | None) -> str:
-    if not text:
-        return ""
-    short = _e(text[:12])
-    if not url:
-        return f"<code title='{_e(text)}'>{short}</code>"
-    return f"<a href='{_e(url)}' target='_blank' rel='noopener' title='{_e(text)}'><code>{short}</code></a>"
-
-
-_STYLE = """
-body{font-family:system-ui,sans-serif;font-size:13px;margin:12px;color:#1a202c}
-table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #e2e8f0;padding:4px 6px;
-text-align:left;vertical-align:top}th{background:#f7fafc}code{font-size:12px}
-.d-merge,.d-replace,.d-relocate,.d-idempotent,.d-noop{color:#22543d}.d-fail_closed{color:#9b2c2c}
-.j-abandoned{color:#9b2c2c;font-weight:600}.j-live{color:#22543d;font-weight:600}.muted{color:#718096}
-.reason{color:#4a5568;font-size:12px}
-"""
-
-
-def render_page(
-    rows: list[PublicationRow],
-    ui_base: str,
-    total: int,
-    offset: int,
-    limit: int,
-    result: PageResult,
-    params: dict[str, str],
-) -> str:
-    """The HTML page of a page of rows.
-
-    :param rows: the rows.
-    :param ui_base: the lakeFS UI base URL.
-    :param total: task instances in all.
-    :param offset: the first task instance shown.
-    :param limit: task instances per page.
-    :param result: what reading cost.
-    :param params: the request's query (for the paging links).
-    """
-    body = []
-    for row in rows:
-        found = links(ui_base, row)
-        replaced = ""
-        if row.replaced:
-            replaced = f"replaced try {_e(row.replaced.get('try_number'))}: " + _code_link(
-                found.get("replaced"), row.replaced.get("output_ref")
-            )
-        elif row.decision == "replace":
-            replaced = "replaced an abandoned publication"
-        if row.superseded_by:
-            replaced += f"{'<br>' if replaced else ''}superseded by try {row.superseded_by}"
-        evidence = "<br>".join(
-            (
-                f"<a href='{_e(found[f'evidence:{e.branch}'])}' target='_blank' rel='noopener'>{_e(e.branch)}</a>"
-                if e.kept
-                else f"<span class='muted'>{_e(e.branch)} (deleted)</span>"
-            )
-            + f" <b>{_e(e.error)}</b>"
-            for e in row.evidence
-        )
-        scope = ", ".join(row.output_prefixes) or "whole branch"
-        if row.input_prefixes:
-            scope += f"<br><span class='muted'>reads {_e(', '.join(row.input_prefixes))}</span>"
-        compare = (
-            f" <a href='{_e(found['compare'])}' target='_blank' rel='noopener'>diff</a>" if "compare" in found else ""
-        )
-        judgement = (
-            f"<span class='j-{_e(row.judgement_label).replace(' ', '-')}' title='{_e(row.judgement_reason)}'>"
-            f"{_e(row.judgement_label)}</span>"
-            if row.judgement_label
-            else ""
-        )
-        body.append(
-            f"<tr class='publication' data-decision='{_e(row.decision)}' data-try='{row.try_number}' "
-            f"data-run='{_e(row.run_id)}' data-task='{_e(row.task_id)}' data-output='{_e(row.output_ref)}'>"
-            f"<td>{_e(row.dag_id)}</td><td>{_e(row.run_id)}</td><td>{_e(row.task_id)}"
-            f"{'' if row.map_index < 0 else f' [{row.map_index}]'}</td><td>{row.try_number}</td>"
-            f"<td><span class='decision d-{_e(row.decision)}'>{_e(row.decision.replace('_', ' '))}</span>"
-            f"<div class='reason'>{_e(row.reason)}</div></td>"
-            f"<td>{_e(row.repository)}@{_e(row.target_branch)}</td>"
-            f"<td>{_code_link(found.get('input_commit'), row.input_commit)}"
-            f"{f'<br><span class=muted>{_e(row.input_ref)}</span>' if row.input_ref else ''}</td>"
-            f"<td>{_code_link(found.get('staged_commit'), row.staged_commit)}</td>"
-            f"<td class='published'>{_code_link(found.get('output_ref'), row.output_ref)}{compare}</td>"
-            f"<td>{replaced}</td><td>{judgement}</td><td>{scope}</td><td class='evidence'>{evidence}</td></tr>"
-        )
-    pages = []
-    if offset > 0:
-        query = urllib.parse.urlencode({**params, "offset": max(0, offset - limit)})
-        pages.append(f"<a href='?{_e(query)}'>newer</a>")
-    if offset + limit < total:
-        query = urllib.parse.urlencode({**params, "offset": offset + limit})
-        pages.append(f"<a href='?{_e(query)}'>older</a>")
-    errors = "".join(f"<p class='j-abandoned'>{_e(k)}: {_e(v)}</p>" for k, v in result.errors.items())
-    legend = "".join(f"<li><b>{_e(k.replace('_', ' '))}</b>: {_e(v)}</li>" for k, v in DECISION_REASONS.items())
-    header = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "DAG",
-            "Run",
-            "Task",
-            "Try",
-            "Decision",
-            "Target",
-            "Input",
-            "Staged",
-            "Published",
-            "Replaced / superseded",
-            "Now",
-            "Scope",
-            "Evidence kept",
-        )
-    )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>lakeFS publications</title>"
-        f"<style>{_STYLE}</style></head><body><h2>lakeFS publications</h2>"
-        f"<p class='muted'>Task instances {offset + 1 if total else 0}-{min(offset + limit, total)} of {total}, "
-        f"newest run first; read from lakeFS in {result.calls} calls. {' · '.join(pages)}</p>{errors}"
-        f"<table id='publications'><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-        f"<details><summary>Decisions</summary><ul>{legend}</ul></details></body></html>"
-    )

@@ -4,8 +4,10 @@ providers' plugins (``lazy_discover_providers = False``), and Airflow 3.3's Task
 a batch of plugins at the first name it has seen (``return``, not ``continue``), which drops the
 plugins after it, OpenLineage's listener among them.
 
-On Airflow 3.0 only the app is mounted (the extra link opens its page); Airflow 2 has neither.
-It mounts :func:`airflow_lakefence.ui.app.create_app` at :data:`~airflow_lakefence.ui.URL_PREFIX`
+On Airflow 3.0 only the app is mounted (the extra link opens its page). Airflow 2.11 mounts no
+FastAPI app: there the plugin adds a Flask AppBuilder view (:mod:`~airflow_lakefence.ui.fab`) serving
+the same page at the same paths, and imports nothing of Airflow 3 (nor Flask AppBuilder on Airflow 3).
+On Airflow 3 it mounts :func:`airflow_lakefence.ui.app.create_app` at :data:`~airflow_lakefence.ui.URL_PREFIX`
 and adds the view to the UI as external views on the task instance, the task, the DAG and in the
 navigation ("Browse"); the UI shows each in a frame, with the user's session.
 """
@@ -53,6 +55,12 @@ def _external_views() -> list[dict[str, Any]]:
     ]
 
 
+def _appbuilder_views() -> list[dict[str, Any]]:
+    from airflow_lakefence.ui.fab import appbuilder_views
+
+    return appbuilder_views()
+
+
 def _fastapi_apps() -> list[dict[str, Any]]:
     from airflow_lakefence.ui.app import create_app
 
@@ -65,3 +73,4 @@ class LakeFencePublicationsPlugin(AirflowPlugin):
     name = "lakefence_publications"
     fastapi_apps = _fastapi_apps() if SERVES_APP else []
     external_views = _external_views() if SHOWS_VIEWS else []
+    appbuilder_views = [] if SERVES_APP else _appbuilder_views()
