@@ -22,7 +22,7 @@ from tests.browser.conftest import free_port
 from tests.conftest import AIRFLOW_2, REPO
 from tests.integration.conftest import dags, seeded  # noqa: F401 - the scenario's fixtures
 from tests.integration.helpers import xcoms
-from tests.integration.ui.fab_support import VISIBLE_DAG, deploy, webserver_app
+from tests.integration.ui.fab_support import VISIBLE_DAG, webserver_app
 from tests.integration.ui.publications_support import HIDDEN_DAG, PASSWORDS, publications_scenario
 
 pytestmark = [
@@ -36,8 +36,7 @@ IMAGE = REPO / "docs" / "images" / "publications-airflow-2.11.png"
 
 @pytest.fixture
 def scenario(dags: Any, seeded: tuple[lakefs.Repository, str]) -> dict[str, Any]:  # noqa: F811
-    """See :func:`publications_scenario`; the DAGs deployed for the webserver."""
-    deploy(dags.py_workspace_dag, dags.py_retry_dag)
+    """See :func:`publications_scenario`."""
     return publications_scenario(dags, seeded)
 
 

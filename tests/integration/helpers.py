@@ -241,6 +241,7 @@ def run_existing(dag: Any, run_id: str) -> Any:
     """Run an existing DAG run (queued, or with cleared task instances) to its end with dag.test()'s
     loop, in this process: what the scheduler would do; return the refreshed DagRun."""
     import importlib.metadata
+    import inspect
 
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
@@ -263,8 +264,14 @@ def run_existing(dag: Any, run_id: str) -> Any:
         except ImportError:  # Airflow 3.1 and 3.2
             from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
 
+        takes_task = "task" in inspect.signature(_run_task).parameters
+
         def run(ti: Any, session: Any) -> None:
-            _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+            if takes_task:
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+            else:  # Airflow 3.0: the task rides on the task instance
+                ti.task = dag.task_dict[ti.task_id]
+                _run_task(ti=ti, run_triggerer=True)
 
         run_dag_object = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
 

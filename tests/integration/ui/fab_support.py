@@ -1,6 +1,5 @@
 """What the Airflow 2.11 view's tests share: Airflow 2.11's webserver app (``airflow.www.app.create_app``)
-with users whose roles are Flask AppBuilder's, and the scenario's DAGs deployed as a scheduler would
-have them (in the DAG table and serialized, so the webserver shows them and computes their links).
+with users whose roles are Flask AppBuilder's.
 
 ``viewer`` has Airflow's Viewer role (``can_read`` on ``DAGs``: every DAG); ``narrow`` has the Viewer
 role's permissions but ``can_read`` on ``DAG:lf_py_workspace`` instead of ``DAGs``, so it may not
@@ -15,20 +14,6 @@ from tests.integration.ui.publications_support import HIDDEN_DAG, NARROW_USER, P
 
 VISIBLE_DAG = "lf_py_workspace"
 NARROW_ROLE = "LakefenceNarrow"
-
-
-def deploy(*dags: Any) -> None:
-    """Write ``dags`` to the DAG table and the serialized-DAG table, as Airflow 2's DAG processor does
-    (``dag.test()`` writes neither): the webserver reads DAGs from there.
-
-    :param dags: the DAG objects.
-    """
-    from airflow.models.dag import DAG
-    from airflow.models.serialized_dag import SerializedDagModel
-
-    DAG.bulk_write_to_db(list(dags))
-    for dag in dags:
-        SerializedDagModel.write_dag(dag)
 
 
 def _add_users(app: Any) -> None:

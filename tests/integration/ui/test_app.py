@@ -16,6 +16,7 @@ from typing import Any
 import lakefs
 import pytest
 
+from airflow_lakefence.ui.plugin import SHOWS_VIEWS
 from airflow_lakefence.ui.reader import calls_bound
 from tests.integration.helpers import xcoms
 from tests.integration.ui.publications_support import (
@@ -158,7 +159,9 @@ def test_the_ui_lists_the_external_views(api: Any) -> None:
     views = [
         v for p in answer.json()["plugins"] for v in p.get("external_views", []) if v["name"] == "lakeFS publications"
     ]
-    assert {v["destination"] for v in views} == {"task_instance", "task", "dag", "nav"}
+    # Airflow 3.0 has no external views: there the extra link opens the app's page.
+    expected = {"task_instance", "task", "dag", "nav"} if SHOWS_VIEWS else set()
+    assert {v["destination"] for v in views} == expected
 
 
 def test_a_ui_clear_of_a_success_shows_the_superseded_publication(

@@ -19,8 +19,8 @@ import pytest
 from airflow_lakefence.ui.reader import calls_bound
 from tests.conftest import AIRFLOW_2, REPO
 from tests.integration.helpers import publish_conf, run_dag, run_existing, xcoms
-from tests.integration.ui.fab_support import VISIBLE_DAG, deploy, login, webserver_app
-from tests.integration.ui.publications_support import HIDDEN_DAG, NARROW_USER, publications_scenario
+from tests.integration.ui.fab_support import VISIBLE_DAG, login, webserver_app
+from tests.integration.ui.publications_support import HIDDEN_DAG, NARROW_USER, deploy, publications_scenario
 
 airflow_2_only = pytest.mark.skipif(not AIRFLOW_2, reason="Airflow 2.11's webserver view (Airflow 3: test_app.py)")
 API = "/lakefence/api/publications"
@@ -34,8 +34,7 @@ def webserver() -> Iterator[Any]:
 
 @pytest.fixture
 def scenario(dags: Any, seeded: tuple[lakefs.Repository, str]) -> dict[str, Any]:
-    """See :func:`publications_scenario`; the DAGs deployed for the webserver."""
-    deploy(dags.py_workspace_dag, dags.py_retry_dag)
+    """See :func:`publications_scenario`."""
     return publications_scenario(dags, seeded)
 
 
