@@ -173,3 +173,18 @@ def test_the_plugin_imports_only_its_own_airflow_s_web_stack() -> None:
     else:
         assert found.stdout.split("\n")[-2].endswith("True 0 1"), found.stdout
         assert "flask_appbuilder" not in found.stdout.split("\n")[-2], found.stdout
+
+
+@airflow_2_only
+def test_the_extra_link_keeps_the_webserver_s_path_and_drops_its_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a path (``base_url = https://host/airflow``) the view is under that path; the host is the
+    one the user reached the UI by, so the link names none."""
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from airflow_lakefence.links.lakefs import LakeFSPublicationsLink
+
+    monkeypatch.setenv("AIRFLOW__WEBSERVER__BASE_URL", "https://airflow.example.org/airflow")
+    key = TaskInstanceKey("d", "t", "r 1", 1, 3)
+    assert LakeFSPublicationsLink().get_link(None, ti_key=key) == (
+        "/airflow/lakefence/view?dag_id=d&run_id=r+1&task_id=t&map_index=3"
+    )
