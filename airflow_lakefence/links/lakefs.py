@@ -191,7 +191,7 @@ class LakeFSSensorCommitLink(_LakeFSXComLink):
         return commit_url(ui_base_url, repository, value)
 
 
-#: Where the "lakeFS publications" view is served (``airflow_lakefence.ui``; Airflow 3.1+).
+#: Where the "lakeFS publications" view is served (``airflow_lakefence.ui``; Airflow 2.11 and 3).
 PUBLICATIONS_VIEW_PATH = "/lakefence/view"
 
 
@@ -212,8 +212,7 @@ def publications_url(base_url: str, dag_id: str, run_id: str, task_id: str, map_
 class LakeFSPublicationsLink(BaseOperatorLink):
     """ "lakeFS publications": the task instance's publication history (every try, its decision,
     commits, what it replaced and what the abandoned-publication sensor says of it now), served by
-    the provider's plugin in the Airflow API server (Airflow 3; none on Airflow 2, which mounts no
-    FastAPI app)."""
+    the provider's plugin: in the Airflow API server (Airflow 3), in the webserver (Airflow 2.11)."""
 
     name = "lakeFS publications"
 
@@ -228,9 +227,12 @@ class LakeFSPublicationsLink(BaseOperatorLink):
         from airflow.configuration import conf
 
         if importlib.metadata.version("apache-airflow").startswith("2."):
-            return ""  # Airflow 2's webserver serves no plugin FastAPI app: nothing to open
-        # Unset: a path on the UI's own host (the API server serves both).
-        base = conf.get("api", "base_url", fallback="") or ""
+            # The webserver's own view, on the UI's host: only the path of its base URL (the part
+            # Airflow mounts the UI under), so the link works whatever host name the user reached.
+            base = urllib.parse.urlsplit(conf.get("webserver", "base_url", fallback="") or "").path
+        else:
+            # Unset: a path on the UI's own host (the API server serves both).
+            base = conf.get("api", "base_url", fallback="") or ""
         map_index = getattr(ti_key, "map_index", None)
         map_index = -1 if map_index is None else map_index
         return publications_url(base, ti_key.dag_id, ti_key.run_id, ti_key.task_id, map_index)

@@ -14,8 +14,10 @@ and in the navigation ("Browse"):
 * or, with ``[lakefence] publications_view = html`` or a package without the bundle, as external
   views (``external_views``): the server-rendered page in a frame.
 
-On Airflow 3.0 only the app is mounted (no UI plugin slots: the extra link opens the HTML page);
-Airflow 2 has neither.
+On Airflow 3.0 only the app is mounted (no UI plugin slots: the extra link opens the HTML page).
+Airflow 2.11 mounts no FastAPI app: there the plugin adds a Flask AppBuilder view
+(:mod:`~airflow_lakefence.ui.fab`) serving the same page at the same paths, and imports nothing of
+Airflow 3 (nor Flask AppBuilder on Airflow 3).
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ def ui_slots() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [], _react_apps(url)
 
 
+def _appbuilder_views() -> list[dict[str, Any]]:
+    from airflow_lakefence.ui.fab import appbuilder_views
+
+    return appbuilder_views()
+
+
 def _fastapi_apps() -> list[dict[str, Any]]:
     from airflow_lakefence.ui.app import create_app
 
@@ -91,3 +99,4 @@ class LakeFencePublicationsPlugin(AirflowPlugin):
     name = "lakefence_publications"
     fastapi_apps = _fastapi_apps() if SERVES_APP else []
     external_views, react_apps = ui_slots()
+    appbuilder_views = [] if SERVES_APP else _appbuilder_views()

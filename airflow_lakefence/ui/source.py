@@ -66,9 +66,27 @@ def _as_prefixes(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def _xcom_model() -> Any:
+    """The XCom table's model: ``XComModel`` on Airflow 3, the configured ``XCom`` class on Airflow 2
+    (same table and columns; its ``deserialize_value`` is the backend's)."""
+    from airflow.models import xcom
+
+    return getattr(xcom, "XComModel", None) or xcom.XCom
+
+
+def _run_order(dag_run: Any) -> Any:
+    """The column runs are ordered by, newest first: ``run_after`` on Airflow 3, the logical date
+    (``execution_date``) on Airflow 2, which has no ``run_after``.
+
+    :param dag_run: the ``DagRun`` model.
+    """
+    return dag_run.run_after if hasattr(dag_run, "run_after") else dag_run.execution_date
+
+
 def _xcom_values(session: Any, tis: Sequence[Any], keys: Iterable[str]) -> dict[tuple[str, str, str, int, str], Any]:
-    from airflow.models.xcom import XComModel
     from sqlalchemy import select, tuple_
+
+    XComModel = _xcom_model()
 
     if not tis:
         return {}
@@ -185,7 +203,7 @@ def task_instance_page(
             select(TI)
             .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
             .where(*where)
-            .order_by(DagRun.run_after.desc(), TI.dag_id, TI.task_id, TI.map_index)
+            .order_by(_run_order(DagRun).desc(), TI.dag_id, TI.task_id, TI.map_index)
             .offset(query.offset)
             .limit(query.limit)
         )

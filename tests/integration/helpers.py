@@ -240,19 +240,44 @@ def foreign_commit_during_the_job(dag: Any, failures: dict[Any, BaseException], 
 def run_existing(dag: Any, run_id: str) -> Any:
     """Run an existing DAG run (queued, or with cleared task instances) to its end with dag.test()'s
     loop, in this process: what the scheduler would do; return the refreshed DagRun."""
-    from airflow.models.dagrun import DagRun
-    from airflow.sdk.definitions.dag import _run_task
+    import importlib.metadata
+    import inspect
 
-    try:
-        from airflow.serialization.serialized_objects import DagSerialization
-    except ImportError:  # Airflow 3.1 and 3.2
-        from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
+    from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState, TaskInstanceState
 
+    airflow_2 = importlib.metadata.version("apache-airflow").startswith("2.")
+    if airflow_2:  # dag.test()'s loop of Airflow 2.11: the DAG object itself, the task run in the session
+        from airflow.models.dag import _run_task as run_task_2
+
+        def run(ti: Any, session: Any) -> None:
+            ti.task = dag.task_dict[ti.task_id]
+            run_task_2(ti=ti, inline_trigger=True, session=session)
+
+        run_dag_object = dag
+    else:
+        from airflow.sdk.definitions.dag import _run_task
+
+        try:
+            from airflow.serialization.serialized_objects import DagSerialization
+        except ImportError:  # Airflow 3.1 and 3.2
+            from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
+
+        takes_task = "task" in inspect.signature(_run_task).parameters
+
+        def run(ti: Any, session: Any) -> None:
+            if takes_task:
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+            else:  # Airflow 3.0: the task rides on the task instance
+                ti.task = dag.task_dict[ti.task_id]
+                _run_task(ti=ti, run_triggerer=True)
+
+        run_dag_object = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
-        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        dr.dag = run_dag_object
         dr.state = DagRunState.RUNNING
         session.commit()
         while dr.state == DagRunState.RUNNING:
@@ -264,7 +289,7 @@ def run_existing(dag: Any, run_id: str) -> Any:
             session.commit()
             for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
                 try:
-                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+                    run(ti, session)
                 except Exception:  # the failure is recorded by the DAG's callback, as under dag.test()
                     pass
             session.expire_all()
