@@ -27,6 +27,8 @@ import pytest
 from tests.conftest import REPO
 
 DAG_ID = "lakefence_example_daily_counts"
+#: Set to 1 to retake the docs' pictures of the publications view; otherwise a run leaves the tree as it was.
+RETAKE_ENV = "LAKEFENCE_RETAKE_SCREENSHOTS"
 #: Flags for a headless Chromium that talks to nothing but the pages it is sent to.
 CHROMIUM_FLAGS = (
     "--headless",

@@ -26,7 +26,7 @@ import lakefs
 import pytest
 from packaging.version import Version
 
-from tests.browser.conftest import free_port
+from tests.browser.conftest import RETAKE_ENV, free_port
 from tests.browser.lakefs_ui import open_lakefs_page
 from tests.conftest import REPO
 from tests.integration.conftest import dags, seeded  # noqa: F401 - the scenario's fixtures
@@ -42,8 +42,6 @@ from tests.integration.ui.publications_support import (
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("airflow_db", "lakefs_conn", "clean_failpoints")]
 
 IMAGES = REPO / "docs" / "images"
-#: Set to 1 to retake the docs' pictures (on Airflow 3.3); otherwise a run leaves the tree as it was.
-RETAKE_ENV = "LAKEFENCE_RETAKE_SCREENSHOTS"
 NEWEST_AIRFLOW = Version(importlib.metadata.version("apache-airflow")).release[:2] >= (3, 3)
 
 
@@ -108,14 +106,14 @@ def _rows(chromium: Any, wait: Any, expected: int | None = None) -> list[Any]:
     return list(wait.until(drawn))
 
 
-def _follow_into_lakefs(chromium: Any, link: Any, url: str, expect: str, lakefs_conn: dict[str, str]) -> str:
+def _follow_into_lakefs(chromium: Any, link: Any, url: str, expect: str, lakefs_conn: dict[str, str]) -> str | None:
     """Click a link of the view (it opens a new tab) and return the lakeFS page's text once it shows
     ``expect``; the driver is left on that tab.
 
     The local server draws lakeFS's UI routes itself. Real lakeFS, built with its web UI, asks for its
     preferences and a login first: ``open_lakefs_page`` answers both, as an operator would. Built
     without it (no npm outside CI: tests/tools/real_lakefs.py) it answers "lakeFS UI Not Built": there
-    the tab must have reached ``url``, and the text is returned as it is; under CI that fails.
+    the tab must have reached ``url``, and ``None`` is returned; under CI that fails.
     """
     from selenium.webdriver.common.by import By
 
@@ -128,16 +126,10 @@ def _follow_into_lakefs(chromium: Any, link: Any, url: str, expect: str, lakefs_
         time.sleep(0.1)  # polling the browser's tabs, bounded by the deadline
     chromium.switch_to.window((set(chromium.window_handles) - before).pop())
     text = " ".join(chromium.find_element(By.TAG_NAME, "body").text.split())
-    if "lakeFS UI Not Built" in text:
-        assert not os.environ.get("CI"), "real lakeFS was built without its web UI (LAKEFENCE_LAKEFS_WEB_UI=0?)"
-        assert urllib.parse.unquote(chromium.current_url) == urllib.parse.unquote(url)
-        return text
     if expect in text:
         return text
-    return str(
-        open_lakefs_page(
-            chromium, url, access_key_id=lakefs_conn["login"], secret_access_key=lakefs_conn["password"], expect=expect
-        )
+    return open_lakefs_page(
+        chromium, url, access_key_id=lakefs_conn["login"], secret_access_key=lakefs_conn["password"], expect=expect
     )
 
 
@@ -212,8 +204,8 @@ def test_the_react_view_shows_each_publication_and_its_links(
     commit_page = f"{ui}/repositories/{repo.id}/commits/{values['output_ref']}"
     link = merge.find_element(By.CSS_SELECTOR, "td.published a")
     page = _follow_into_lakefs(chromium, link, commit_page, values["output_ref"], lakefs_conn)
-    if "lakeFS UI Not Built" not in page and "local lakeFS-compatible test server" in page:
-        assert f"Commit {values['output_ref']}" in page and "Role (lakefence.role) publish" in page
+    if page is not None:  # None: real lakeFS built without its web UI, outside CI only
+        assert "lakefence.role" in page and "publish" in page, page[:500]
     chromium.close()
     chromium.switch_to.window(main_tab)
     failed_row = next(r for r in _rows(chromium, wait) if r.get_attribute("data-run") == failed.run_id)
