@@ -256,7 +256,8 @@ def test_a_direct_job_that_dropped_the_action_file_is_read_back_and_its_race_cau
     assert result is None and isinstance(error, PublishRaceError), error
     assert adapter.calls["diff_refs"] == 1
     landed = adapter.get_commit(repo.id, "main")  # the unfenced merge landed on the racer's commit
-    assert landed.parents[0] != input_commit and adapter.get_commit(repo.id, landed.parents[0]).parents[0] == racer_parent
+    racer = adapter.get_commit(repo.id, landed.parents[0])
+    assert landed.parents[0] != input_commit and racer.parents[0] == racer_parent
     assert error.staging_branch is not None and error.staging_branch in leftovers(adapter, repo)
 
 
