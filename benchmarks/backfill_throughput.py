@@ -30,11 +30,11 @@ backfill's outcome is checked: every partition holds exactly one file, one publi
 Run::
 
     python benchmarks/backfill_throughput.py [--job-seconds 20] [--widths 4 8] [--skip-one-writer]
-        [--lakefs-backend real|local] [--real-kv postgres|local] [--calls-by-endpoint] [--no-preload]
+        [--lakefs-backend real|local] [--real-kv postgres|local] [--calls-by-endpoint] [--preload]
 
-By default the stack preloads the task's modules in the LocalExecutor's fork server
-(:data:`PRELOAD`, settings a deployment makes the same way); ``--no-preload`` measures Airflow's
-default, where every task process imports them itself.
+``--preload`` preloads the task's modules in the LocalExecutor's fork server (:data:`PRELOAD`,
+settings a deployment makes the same way); by default Airflow's own start method, where every
+task process imports them itself.
 """
 
 from __future__ import annotations
@@ -57,11 +57,13 @@ from _backfill_dags import DAYS, ONE_WRITER_POOL, REPOSITORIES, START, TIMED_POI
 from _common import add_backend_arguments, backend_label, lakefs_process, machine, print_table, temp_home
 
 DAG_FILE = Path(__file__).resolve().parent / "_backfill_dags.py"
-#: What a deployment sets so that each task process does not import the DAG file's heavy modules
-#: anew (Airflow 3.3, ``[core] mp_start_method`` and ``mp_forkserver_preload``): the LocalExecutor's
-#: workers start from a fork server that imported them once, and every task process, forked from a
-#: worker, inherits them. The lakeFS SDK alone takes about 1 s of CPU to import, the Spark provider
-#: (with OpenLineage) about 0.8 s: on 2 cores, 16 task starts at once queue on that.
+#: ``--preload``: what a deployment can set so that each task process does not import the DAG file's
+#: heavy modules anew (Airflow 3.3, ``[core] mp_start_method`` and ``mp_forkserver_preload``): the
+#: LocalExecutor's workers start from a fork server that imported them once, and every task process,
+#: forked from a worker, inherits them (the task's DAG parse then takes ~10 ms; the lakeFS SDK alone
+#: takes ~0.7 s to import, the Spark provider with OpenLineage ~0.7 s). Measured slower here all the
+#: same (docs/performance.md, section 9): with a start method other than ``fork`` the LocalExecutor
+#: starts its workers one at a time, as tasks queue, instead of all at once.
 PRELOAD = {
     "AIRFLOW__CORE__MP_START_METHOD": "forkserver",
     "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(
@@ -230,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-one-writer", action="store_true")
     parser.add_argument("--calls-by-endpoint", action="store_true")
     parser.add_argument(
-        "--no-preload",
+        "--preload",
         action="store_true",
-        help="Airflow's default start method (fork from the scheduler): every task process imports the DAG "
-        "file's modules itself",
+        help="preload the task's modules in the LocalExecutor's fork server (PRELOAD); default: Airflow's own "
+        "start method, every task process imports them itself",
     )
     add_backend_arguments(parser)
     parser.set_defaults(lakefs_backend="real")
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             parallelism=32,
             # Eight task processes importing the DAG file at once on a loaded 2-core machine can take
             # longer than Airflow's default 30 s import timeout (seen at load ~18): not what is measured.
-            extra_config={"AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180", **({} if args.no_preload else PRELOAD)},
+            extra_config={"AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180", **(PRELOAD if args.preload else {})},
         )
         results = []
         with running_stack(stack, list(REPOSITORIES), lambda: False):
