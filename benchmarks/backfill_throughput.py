@@ -30,7 +30,11 @@ backfill's outcome is checked: every partition holds exactly one file, one publi
 Run::
 
     python benchmarks/backfill_throughput.py [--job-seconds 20] [--widths 4 8] [--skip-one-writer]
-        [--lakefs-backend real|local] [--real-kv postgres|local] [--calls-by-endpoint]
+        [--lakefs-backend real|local] [--real-kv postgres|local] [--calls-by-endpoint] [--preload]
+
+``--preload`` preloads the task's modules in the LocalExecutor's fork server (:data:`PRELOAD`,
+settings a deployment makes the same way); by default Airflow's own start method, where every
+task process imports them itself.
 """
 
 from __future__ import annotations
@@ -53,6 +57,25 @@ from _backfill_dags import DAYS, ONE_WRITER_POOL, REPOSITORIES, START, TIMED_POI
 from _common import add_backend_arguments, backend_label, lakefs_process, machine, print_table, temp_home
 
 DAG_FILE = Path(__file__).resolve().parent / "_backfill_dags.py"
+#: ``--preload``: what a deployment can set so that each task process does not import the DAG file's
+#: heavy modules anew (Airflow 3.3, ``[core] mp_start_method`` and ``mp_forkserver_preload``): the
+#: LocalExecutor's workers start from a fork server that imported them once, and every task process,
+#: forked from a worker, inherits them (the task's DAG parse then takes ~10 ms; the lakeFS SDK alone
+#: takes ~0.7 s to import, the Spark provider with OpenLineage ~0.7 s). Measured slower here all the
+#: same (docs/performance.md, section 9): with a start method other than ``fork`` the LocalExecutor
+#: starts its workers one at a time, as tasks queue, instead of all at once.
+PRELOAD = {
+    "AIRFLOW__CORE__MP_START_METHOD": "forkserver",
+    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(
+        (
+            "airflow.sdk",
+            "airflow.sdk.execution_time.task_runner",
+            "airflow.providers.apache.spark.operators.spark_submit",
+            "lakefs",
+            "airflow_lakefence.operators",
+        )
+    ),
+}
 #: Calls that are not the publish's: the job's output upload (one per file) and the resolve task's read.
 UPLOAD_CALLS = ("uploadObject",)
 RESOLVE_CALLS_PER_DATE = {"getCommit": 1}
@@ -208,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", type=int, nargs="+", default=[4, 8], choices=[4, 8])
     parser.add_argument("--skip-one-writer", action="store_true")
     parser.add_argument("--calls-by-endpoint", action="store_true")
+    parser.add_argument(
+        "--preload",
+        action="store_true",
+        help="preload the task's modules in the LocalExecutor's fork server (PRELOAD); default: Airflow's own "
+        "start method, every task process imports them itself",
+    )
     add_backend_arguments(parser)
     parser.set_defaults(lakefs_backend="real")
     args = parser.parse_args(argv)
@@ -232,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             parallelism=32,
             # Eight task processes importing the DAG file at once on a loaded 2-core machine can take
             # longer than Airflow's default 30 s import timeout (seen at load ~18): not what is measured.
-            extra_config={"AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180"},
+            extra_config={"AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180", **(PRELOAD if args.preload else {})},
         )
         results = []
         with running_stack(stack, list(REPOSITORIES), lambda: False):

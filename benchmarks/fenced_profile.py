@@ -65,7 +65,11 @@ class CommsCounter:
 
     def __init__(self) -> None:
         self.messages: Counter[str] = Counter()
+        #: The SetXCom messages by XCom key.
+        self.xcom_keys: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
+        #: (perf_counter at the send, seconds it took, message type) of every message, in order.
+        self.timeline: list[tuple[float, float, str]] = []
         self._undo: list[Any] = []
 
     def install(self) -> None:
@@ -75,8 +79,16 @@ class CommsCounter:
         original_send = comms.send
 
         def send(this: Any, msg: Any) -> Any:
-            self.messages[type(msg).__name__] += 1
-            return original_send(this, msg)
+            name = type(msg).__name__
+            self.messages[name] += 1
+            if name == "SetXCom":
+                name = f"SetXCom {getattr(msg, 'key', '?')}"
+                self.xcom_keys[str(getattr(msg, "key", "?"))] += 1
+            started = time.perf_counter()
+            try:
+                return original_send(this, msg)
+            finally:
+                self.timeline.append((started, time.perf_counter() - started, name))
 
         comms.send = send  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(comms, "send", original_send))
@@ -95,7 +107,20 @@ class CommsCounter:
 
     def reset(self) -> None:
         self.messages.clear()
+        self.xcom_keys.clear()
         self.requests.clear()
+        self.timeline.clear()
+
+    def in_non_job_time(self, marks: dict[str, float]) -> tuple[Counter[str], float]:
+        """The messages sent inside the measured non-job time of one publish (pre_execute to the
+        job's start, the job's end to post_execute), by type, and the seconds they took."""
+        inside: Counter[str] = Counter()
+        spent = 0.0
+        for started, took, name in self.timeline:
+            if marks["start"] <= started < marks["spark_start"] or marks["spark_end"] <= started < marks["end"]:
+                inside[name] += 1
+                spent += took
+        return inside, spent
 
 
 def _buckets(stats: pstats.Stats) -> dict[str, float]:
@@ -135,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             server.controls.set_latency(latency / 1000)
             plain, transact, profiled, lakefs_calls = [], [], [], []
             buckets: list[dict[str, float]] = []
+            inside_seconds: list[float] = []
             for _ in range(args.repeat):
+                comms.reset()
                 seconds, calls = bench.fenced()
+                inside, spent = comms.in_non_job_time(dags.MARKS[-1])
+                inside_seconds.append(spent)
                 plain.append(seconds)
                 lakefs_calls.append(calls)
                 transact.append(bench.transact()[0])
@@ -167,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             print("supervisor messages (Execution API) per attempt: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(comms.messages.items())
             ) + f" (total {sum(comms.messages.values())})")
+            print(
+                f"of them inside the non-job time (un-profiled run, {median(inside_seconds):.3f} s): "
+                + ", ".join(f"{k} {v}" for k, v in sorted(inside.items()))
+                + f" (total {sum(inside.values())})"
+            )
+            print("SetXCom by key: " + ", ".join(f"{k} {v}" for k, v in sorted(comms.xcom_keys.items())))
             print("HTTP requests they became: " + ", ".join(f"{k} {v}" for k, v in sorted(comms.requests.items())))
             table = []
             for label in buckets[0]:

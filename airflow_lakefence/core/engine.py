@@ -391,8 +391,10 @@ class PublishEngine:
         replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
         # Step 12's two lakeFS writes go side by side: the run-state record of what this try reports
         # (for a later try of the run) and the delete of S (nothing from here on keeps S): one round
-        # trip. The XCom pushes (requests to the API server) wait for the record: a record refused
-        # because the try was cleared meanwhile must leave the new try's XCom alone.
+        # trip. The report's details (requests to the API server) are told while both are in flight;
+        # the output ref, which says that a try stands behind the publication (the abandoned-
+        # publication monitor reads it), waits for the record: a try whose record failed ends failed
+        # without ever naming its publication, which the next try then replaces as abandoned.
         recording = in_background(
             record_publication,
             self.run_state,
@@ -403,8 +405,6 @@ class PublishEngine:
         )
         deleting = guard.delete_in_background(staging)
         try:
-            with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
-                recording.result()
             evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
             result = PublishResult(
                 output_ref=published.output_ref,
@@ -419,9 +419,12 @@ class PublishEngine:
                 supersedes=superseded if replaced else None,
                 delta_versions={t.root: t.published_version for t in tables},
             )
-            tell.published(result)  # step 12, while S is being deleted
+            tell.reporting(result)  # while the record and the delete are in flight
+            with guard.run_state_may_be_archived("before reporting", staging):  # cleared since the check above
+                recording.result()
+            tell.published(result)  # step 12, recorded; S may still be being deleted
         except BaseException:
-            _settle(deleting)
+            _settle(recording, deleting)
             raise
         deleting.result()
         return result

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from airflow.providers.common.compat.sdk import Asset, BaseOperator
 
 from airflow_lakefence.airflow_adapter.attempt_fence import AttemptFence
-from airflow_lakefence.airflow_adapter.task_instances import EVIDENCE_KEY, SUPERSEDES_KEY
+from airflow_lakefence.airflow_adapter.task_instances import EVIDENCE_KEY, OUTPUT_REF_KEY, SUPERSEDES_KEY
 from airflow_lakefence.assets import lakefs as lakefs_assets
 from airflow_lakefence.core.engine import (
     PublishEngine,
@@ -103,13 +103,17 @@ class AirflowReporter:
     """The engine's :class:`~airflow_lakefence.core.records.reporting.Reporter` for a task: XCom pushes.
 
     :param context: the Airflow context (its task instance pushes).
-    :param published: what the operator does with the outcome (XCom, asset events, the log line),
-        told also whether this reporter pushed a staging branch.
+    :param details: pushes the outcome's details (every XCom but ``output_ref``), told the staging
+        branch this reporter already pushed, if any.
+    :param published: what the operator does with the recorded outcome (XCom ``output_ref``, asset
+        events, the log line).
     """
 
-    def __init__(self, context: Any, *, published: Callable[..., None]) -> None:
+    def __init__(self, context: Any, *, details: Callable[..., None], published: Callable[..., None]) -> None:
         self._ti = context["ti"]
+        self._details = details
         self._published = published
+        self._details_told = False
         #: The staging branch, once it exists.
         self.staging: str | None = None
 
@@ -135,12 +139,22 @@ class AirflowReporter:
         """
         self._ti.xcom_push(key=EVIDENCE_KEY, value=dict(value))
 
-    def published(self, result: PublishResult) -> None:
-        """Step 12: hand the outcome to the operator.
+    def reporting(self, result: PublishResult) -> None:
+        """Step 12, while the run state records the outcome: push its details.
 
         :param result: what the attempt did.
         """
-        self._published(result, staging_pushed=self.staging is not None)
+        self._details(result, pushed_staging=self.staging)
+        self._details_told = True
+
+    def published(self, result: PublishResult) -> None:
+        """Step 12, recorded: hand the outcome to the operator (its details first, if not told yet).
+
+        :param result: what the attempt did.
+        """
+        if not self._details_told:  # a read-only attempt records nothing: all of it now
+            self.reporting(result)
+        self._published(result)
 
 
 class FencedPublishOperatorBase(BaseOperator):
@@ -353,7 +367,11 @@ class FencedPublishOperatorBase(BaseOperator):
         self._validate_outlets()
         self.validate_job()
         self.lakefs_hook.settings  # noqa: B018 - validates the lakeFS connection before any call
-        reporter = AirflowReporter(context, published=functools.partial(self._report, context))
+        reporter = AirflowReporter(
+            context,
+            details=functools.partial(self._report_details, context),
+            published=functools.partial(self._report, context),
+        )
         try:
             result = engine.run(functools.partial(self.run_job, context), reporter, durable=self.durable_jobs(context))
         except Exception as exc:
@@ -375,19 +393,37 @@ class FencedPublishOperatorBase(BaseOperator):
                     f"outlet {asset.uri!r} is not on the target {self.repository}/{self.target_branch}"
                 )
 
-    def _report(self, context: Any, result: PublishResult, *, staging_pushed: bool) -> None:
+    def _report_details(self, context: Any, result: PublishResult, *, pushed_staging: str | None) -> None:
+        """Push every XCom of the outcome but ``output_ref`` (each push is one Execution-API request).
+
+        :param context: the Airflow context.
+        :param result: the outcome.
+        :param pushed_staging: the staging branch this try pushed when it created it, if any.
+        """
         ti = context["ti"]
         for key in XCOM_KEYS:
+            if key == OUTPUT_REF_KEY:
+                continue
             value = getattr(result, key)
+            if key == "staging_branch" and value == pushed_staging:
+                continue  # pushed when the branch was created, with this very value
             # A try starts without XComs of its own (Airflow clears them when it starts running, on
             # every version), so an XCom never pushed already reads back as None; and Airflow 3.0's
             # Execution API refuses a None value (422). None is pushed only over the staging branch
             # this try pushed when it created it.
-            if value is None and not (key == "staging_branch" and staging_pushed):
+            if value is None and not (key == "staging_branch" and pushed_staging is not None):
                 continue
             ti.xcom_push(key=key, value=value)
         if self.output_tables:
             ti.xcom_push(key=DELTA_VERSIONS_KEY, value=dict(result.delta_versions))
+
+    def _report(self, context: Any, result: PublishResult) -> None:
+        """The recorded outcome: XCom ``output_ref``, asset events, the closing log line.
+
+        :param context: the Airflow context.
+        :param result: the outcome.
+        """
+        context["ti"].xcom_push(key=OUTPUT_REF_KEY, value=result.output_ref)
         self._outcome = result
         self._emit_asset_events(context, result)
         self.log.info(result.summary())

@@ -322,6 +322,7 @@ class HardFenceStatus:
         accepted needs no verification after acting (and vouches for the fence in its metadata).
     :param version: the installed fence's version, ``None`` when none.
     :param vouch: see the attribute.
+    :param diff_decides: see the attribute.
     """
 
     relied_on: bool = False
@@ -330,6 +331,11 @@ class HardFenceStatus:
     #: the fence the publication's metadata vouches for (``0``: none installed) when the input's
     #: action file was judged and the staged commit keeps it unchanged; ``None``: vouch for nothing
     vouch: int | None = None
+    #: relied on, but whether the staged commit keeps the action file is unknown before the job (a
+    #: direct-mode job without ``output_prefixes`` writes where it likes): a diff of the actions'
+    #: directory between the input and the staged commit, sent beside the merge, decides whether
+    #: the merge needs verifying
+    diff_decides: bool = False
 
     def after_writing(self, paths: Iterable[str], actions_dir: str) -> HardFenceStatus:
         """The status once the job wrote ``paths``: one under the actions' directory voids ``intact``.

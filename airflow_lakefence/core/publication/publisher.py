@@ -27,11 +27,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any, NamedTuple, Protocol
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.core.advice import fail_closed_message
-from airflow_lakefence.core.fences.attempt import AttemptGuard
+from airflow_lakefence.core.fences.attempt import AttemptGuard, in_background
 from airflow_lakefence.core.fences.hard import (
     ACTION_PATH,
     NO_HARD_FENCE,
@@ -55,6 +56,7 @@ from airflow_lakefence.core.request import PublishRequest, read_target_head
 from airflow_lakefence.exceptions import (
     HardFenceMissingError,
     HardFenceRaceError,
+    LakeFenceError,
     LakeFSBranchProtectedError,
     LakeFSHookRejectedError,
     PublishFenceError,
@@ -154,7 +156,8 @@ class Publisher:
         # acting.
         prefixes = self.request.prefixes
         inside = any(p.startswith(_ACTIONS_DIR) for p in prefixes)
-        untouched = not (inside or (self.request.write_mode == "direct" and not prefixes))
+        unknown = self.request.write_mode == "direct" and not prefixes
+        untouched = not (inside or unknown)
         intact = relied_on and untouched
         # A publication that keeps the input's actions' directory vouches for what the check found,
         # the fence's version or none at all, so the next attempt built on it needs no read.
@@ -162,7 +165,7 @@ class Publisher:
         if untouched:
             vouch = check.installed_version if relied_on else 0 if check.status is FenceStatus.MISSING else None
         self.log.info("Hard fence: %s", check.message)
-        return HardFenceStatus(relied_on, intact, check.installed_version, vouch)
+        return HardFenceStatus(relied_on, intact, check.installed_version, vouch, diff_decides=relied_on and unknown)
 
     @staticmethod
     def note_written(status: HardFenceStatus, paths: Iterable[str]) -> HardFenceStatus:
@@ -351,11 +354,48 @@ class BranchPublish:
             # The publication's tree keeps the input's actions' directory: the next attempt that
             # builds on it learns the fence (or that there is none) from its metadata, without a read.
             metadata = {**metadata, **fence_vouch_metadata(hard_fence.vouch)}
-        merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
+        diffing = self._diff_actions_beside(pub)
+        try:
+            merge_ref = self.merging.send(attempt, staging, staged, metadata, head)
+        except BaseException:
+            _settle(diffing)
+            raise
         failpoints.hit("after_publish_action")
-        if not hard_fence.intact:  # else lakeFS checked the first parent before the branch moved
+        # Else lakeFS checked the first parent before the branch moved.
+        if not (hard_fence.intact or self._actions_kept(diffing)):
             self._check_first_parent(merge_ref, input_commit, "the input", staging)
         return merge_ref
+
+    def _diff_actions_beside(self, pub: _Publishing) -> Future[bool] | None:
+        """With :attr:`HardFenceStatus.diff_decides`: start asking whether the staged commit kept the
+        input's actions' directory (one diff call, sent beside the merge: no round trip of its own).
+
+        lakeFS loads a merge's hooks from the merged tree: a staged commit that changed the
+        directory may have dropped the fence for its own merge. One that kept it merges under the
+        input's fence, as a workspace-mode attempt whose job wrote nothing there does, and then the
+        merge lakeFS accepted needs no verifying read.
+        """
+        if not pub.hard_fence.diff_decides or pub.hard_fence.intact:
+            return None
+        repository = self.request.repository
+
+        def kept() -> bool:
+            return not self.lakefs.diff_refs(repository, pub.input_commit, pub.staged, prefix=_ACTIONS_DIR, limit=1)
+
+        return in_background(kept)
+
+    def _actions_kept(self, diffing: Future[bool] | None) -> bool:
+        """Whether the diff proved the actions' directory unchanged (no diff, or no answer: not proved)."""
+        if diffing is None:
+            return False
+        try:
+            kept = diffing.result()
+        except LakeFenceError as exc:
+            self.log.warning("Could not diff the actions' directory (%s): the merge is verified", exc)
+            return False
+        if not kept:
+            self.log.info("The staged commit changed %s: the merge is verified", _ACTIONS_DIR)
+        return kept
 
     def _check_first_parent(self, merge_ref: str, expected: str, what: str, staging: str) -> None:
         """Verify a merge after acting: its first parent is what the round built on.
@@ -391,6 +431,7 @@ class BranchPublish:
 
     def _replace_by_merge(self, pub: _Publishing) -> str:
         attempt, staging, input_commit, staged, hard_fence, head, metadata = pub
+        diffing = self._diff_actions_beside(pub)
         try:
             outcome = replace_by_merge(
                 self.lakefs,
@@ -406,8 +447,22 @@ class BranchPublish:
                 send=lambda source, link: self.merging.send(attempt, staging, source, link, head, allow_empty=True),
             )
         except LakeFSHookRejectedError as exc:
+            _settle(diffing)
             raise self.merging.rejection(exc, head, staging) from exc
+        except BaseException:
+            _settle(diffing)
+            raise
         failpoints.hit("after_publish_action")
-        if outcome.calls and not hard_fence.intact:
+        if outcome.calls and not (hard_fence.intact or self._actions_kept(diffing)):
             self._check_first_parent(outcome.output_ref, head.commit_id, "the replaced publication", staging)
         return outcome.output_ref
+
+
+def _settle(future: Future[Any] | None) -> None:
+    """Wait for a background call whose answer no longer matters (an error is being raised)."""
+    if future is None:
+        return
+    try:
+        future.result()
+    except BaseException:  # the error already raised is the one reported
+        pass

@@ -1,6 +1,6 @@
 """What an attempt tells the outside world, and to whom: the result and the reporter.
 
-The engine tells its :class:`Reporter` four things at fixed moments of the protocol; the Airflow
+The engine tells its :class:`Reporter` five things at fixed moments of the protocol; the Airflow
 adapter turns each into XCom pushes (and, for the result, asset events and the closing log line).
 
 Nothing here imports Airflow or lakeFS.
@@ -84,8 +84,19 @@ class Reporter(Protocol):
         """
         ...
 
+    def reporting(self, result: PublishResult) -> None:
+        """Step 12, after the last fence check, while the run state's record of the outcome is being
+        written: the outcome's details (the decision, its reason, the input and staged commits), so
+        that telling them overlaps that write. Not yet the output ref a try stands behind: that
+        waits for the record (:meth:`published`).
+
+        :param result: what the attempt did.
+        """
+        ...
+
     def published(self, result: PublishResult) -> None:
-        """Step 12: the outcome, after the last fence check and before the staging branch is deleted.
+        """Step 12: the outcome, once the run state recorded it (after :meth:`reporting`); the staging
+        branch's delete may still be in flight.
 
         :param result: what the attempt did.
         """
@@ -103,6 +114,9 @@ class SilentReporter:
 
     def evidence(self, value: Mapping[str, str]) -> None:
         """Ignore it. :param value: the evidence branches."""
+
+    def reporting(self, result: PublishResult) -> None:
+        """Ignore it. :param result: the outcome."""
 
     def published(self, result: PublishResult) -> None:
         """Ignore it. :param result: the outcome."""

@@ -87,6 +87,9 @@ class Reported:
     def evidence(self, value: Any) -> None:
         pass
 
+    def reporting(self, result: Any) -> None:
+        pass
+
     def published(self, result: Any) -> None:
         self.results.append(result)
 

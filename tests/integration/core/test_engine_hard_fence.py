@@ -209,6 +209,58 @@ def test_a_job_writing_under_the_actions_directory_is_verified_and_vouches_for_n
     assert merged.parents[0] == input_commit and hf.FENCE_KEY not in merged.metadata
 
 
+def direct(
+    adapter: CountingClient, repo: lakefs.Repository, input_commit: str, job: Any, **options: Any
+) -> tuple[PublishResult | None, BaseException | None]:
+    """One direct-mode attempt without ``output_prefixes``: ``job(staging_branch)`` writes into S."""
+    hf.forget_checks()
+    adapter.calls.clear()
+    attempt = AttemptId(KEY, 1, f"ti-1-{uuid.uuid4().hex[:6]}")
+    request = PublishRequest(
+        repository=repo.id, target_branch="main", input_ref=input_commit, write_mode="direct", **options
+    )
+    try:
+        return PublishEngine(adapter, StandInFence(attempt), request).run(lambda loc: job(loc.staging_branch)), None
+    except Exception as exc:
+        return None, exc
+
+
+def test_a_direct_job_that_kept_the_action_file_is_not_read_back(
+    adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
+) -> None:
+    """The diff beside the merge proves the action file kept: lakeFS's fence checked the merge."""
+    repo, input_commit = fenced
+    result, error = direct(
+        adapter, repo, input_commit, lambda s: adapter.upload_bytes(repo.id, s, "out/a.txt", b"a"), hard_fence="require"
+    )
+    assert error is None and result is not None and result.decision == "merge"
+    assert adapter.calls["diff_refs"] == 1 and adapter.calls["get_commit"] == 1  # the target's HEAD, before the job
+    assert adapter.get_commit(repo.id, "main").parents[0] == input_commit
+
+
+def test_a_direct_job_that_dropped_the_action_file_is_read_back_and_its_race_caught(
+    adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
+) -> None:
+    """lakeFS loads a merge's hooks from the merged tree: a job that deletes the fence's action file in
+    its staging branch merges unfenced. The diff shows it, the merge is read back, and a writer that
+    committed meanwhile is caught (PublishRaceError, the staging branch kept)."""
+    repo, input_commit = fenced
+
+    def job(staging: str) -> None:
+        adapter.upload_bytes(repo.id, staging, "out/a.txt", b"a")
+        adapter.delete_objects(repo.id, staging, [hf.ACTION_PATH])
+        commit_on(repo, "main", {"other/x.txt": b"x"}, "a racing writer")
+
+    racer_parent = head(repo)
+    result, error = direct(adapter, repo, input_commit, job, hard_fence="require")
+    assert result is None and isinstance(error, PublishRaceError), error
+    assert adapter.calls["diff_refs"] == 1
+    landed = adapter.get_commit(repo.id, "main")  # the unfenced merge landed on the racer's commit
+    racer = adapter.get_commit(repo.id, landed.parents[0])
+    assert landed.parents[0] != input_commit and racer.parents[0] == racer_parent
+    assert error.staging_branch is not None and error.staging_branch in leftovers(adapter, repo)
+
+
 def test_soft_merge_also_names_its_expected_head_and_costs_five(
     adapter: CountingClient, fenced: tuple[lakefs.Repository, str]
 ) -> None:

@@ -31,7 +31,7 @@ import pytest
 
 from airflow_lakefence import failpoints
 from airflow_lakefence.airflow_adapter.attempt_fence import attempt_from_context
-from airflow_lakefence.core.fences.hard import forget_checks
+from airflow_lakefence.core.fences.hard import ACTION_PATH, forget_checks, render_action_bytes
 from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.hardfence import install_hard_fence
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
@@ -258,6 +258,9 @@ class Scenario:
     # one more commit changing a path outside the write set: a target that moved past the input.
     target_from: str | None = None
     disjoint_commit_on_target: bool = False
+    # A direct-mode job that also rewrites the hard fence's action file in its staging branch (the
+    # same hook, plus a comment): the staged commit changed the actions' directory.
+    rewrite_action_file: bool = False
 
 
 @dataclass
@@ -316,6 +319,9 @@ def run_publish(
         if count:
             _, staging = _current()
             server.stage(staging, [f"out/part-{n:05d}" for n in range(count)], f"try {try_number} of {target}".encode())
+        if scenario.rewrite_action_file:
+            _, staging = _current()
+            server.stage(staging, [ACTION_PATH], render_action_bytes() + b"# rewritten by the job\n")
 
     def race(try_number: int) -> None:
         if scenario.foreign_commit_during_job:

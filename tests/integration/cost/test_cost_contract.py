@@ -679,6 +679,35 @@ def test_the_default_finds_the_hard_fence_and_remembers_it_on_the_target(
     assert_hard_fence_row(day2.attempts[1], "merge", fence, retry=False, uploads=1)
 
 
+#: The benchmark's path (benchmarks/publish_latency.py): the default ``hard_fence="auto"`` on an
+#: input that carries the fence, direct mode without ``output_prefixes``. The job may have written
+#: under ``_lakefs_actions/``, so a diff of that directory between the input and the staged commit
+#: goes beside the merge (one round trip for both); the merge is read back only when it changed.
+DIRECT_HARD_FENCE_AFTER = {"commit": 1, "mergeIntoBranch": 1, "diffRefs": 1, "deleteBranch": 1, **_RECORD}
+#: job rewrote the action file -> serial round trips after the job: commit, merge beside the diff,
+#: (the verifying read,) record beside the delete.
+DIRECT_HARD_FENCE_SERIAL = {False: 3, True: 4}
+
+
+@pytest.mark.hard_fence
+@pytest.mark.parametrize("rewrites", [False, True], ids=["job-elsewhere", "job-rewrites-the-action-file"])
+def test_direct_mode_diffs_the_actions_directory_beside_the_merge(
+    measure: Callable[..., Run], server: Backdoor, fenced_history: dict[int, str], dags: Any, rewrites: bool
+) -> None:
+    """Direct mode without ``output_prefixes`` on a fenced input: 7 calls in 5 round trips (the diff
+    proves the action file kept: lakeFS's fence checked the merge), 8 in 6 when the job rewrote it."""
+    run = measure(dags.direct_dag, fenced_history[1], Scenario(objects=1, rewrite_action_file=rewrites))
+    assert run.dag_run.state == "success" and run.xcom["decision"] == "merge"
+    head = server.get_commit(run.target)
+    assert head.id == run.xcom["output_ref"] and head.parents == [run.input_commit, run.xcom["staged_commit"]]
+    assert head.metadata[EXPECTED_HEAD_KEY] == run.input_commit
+    attempt = run.attempts[1]
+    assert attempt.before == _BEFORE_OFF  # the installer's merge vouches for the fence: no read
+    assert attempt.after == plus(DIRECT_HARD_FENCE_AFTER, {"getCommit": 1} if rewrites else {})
+    assert (attempt.rounds_before, attempt.rounds_after) == (2, DIRECT_HARD_FENCE_SERIAL[rewrites])
+    assert_fence_cost(attempt)
+
+
 # -- the scoped fence (docs/howto/many-writers.md) ---------------------------------------------
 
 #: Commits between the input and the target's HEAD that the scoped cost must be flat in.
