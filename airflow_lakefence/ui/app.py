@@ -113,11 +113,7 @@ def create_app() -> FastAPI:
         """The rows as an HTML page."""
         page = _page(user, params)
         query = {k: v for k, v in request.query_params.items() if k != "offset"}
-        return HTMLResponse(
-            render_page(
-                page.rows, page.ui_base, page.total, params.offset, params.limit, page.result, query, page.next_offset
-            )
-        )
+        return HTMLResponse(render_page(page, params.offset, params.limit, query))
 
     add_bundle_route(app)  # the React view's bundle (ui/bundle.py)
     return app

@@ -125,9 +125,7 @@ class PublicationsView(BaseView):  # type: ignore[misc]
             return Response(refused.description, status=refused.code, mimetype="text/plain")
         page = read_page(dag_ids, query)
         params = {k: v for k, v in request.args.items() if k != "offset"}
-        body = render_body(
-            page.rows, page.ui_base, page.total, query["offset"], query["limit"], page.result, params, page.next_offset
-        )
+        body = render_body(page, query["offset"], query["limit"], params)
         return render_template_string(
             _TEMPLATE,
             title=MENU_NAME,

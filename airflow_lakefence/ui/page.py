@@ -301,27 +301,15 @@ def _row_html(ui_base: str, row: PublicationRow) -> str:
     )
 
 
-def render_body(
-    rows: list[PublicationRow],
-    ui_base: str,
-    total: int,
-    offset: int,
-    limit: int,
-    result: PageResult,
-    params: dict[str, str],
-    next_offset: int | None = None,
-) -> str:
+def render_body(page: Page, offset: int, limit: int, params: dict[str, str]) -> str:
     """The view's block (heading, table, paging, legend), for a page of its own or inside Airflow 2's.
 
-    :param rows: the rows.
-    :param ui_base: the lakeFS UI base URL.
-    :param total: task instances in all.
+    :param page: the page read (:func:`read_page`).
     :param offset: the first task instance shown.
     :param limit: task instances per page.
-    :param result: what reading cost.
     :param params: the request's query but ``offset`` (for the paging links).
-    :param next_offset: where the next page starts (a page filtered by decision may have read further).
     """
+    rows, ui_base, total, result, next_offset = page.rows, page.ui_base, page.total, page.result, page.next_offset
     pages = []
     if offset > 0:
         query = urllib.parse.urlencode({**params, "offset": max(0, offset - limit)})
@@ -343,29 +331,16 @@ def render_body(
     )
 
 
-def render_page(
-    rows: list[PublicationRow],
-    ui_base: str,
-    total: int,
-    offset: int,
-    limit: int,
-    result: PageResult,
-    params: dict[str, str],
-    next_offset: int | None = None,
-) -> str:
-    """The view as an HTML page of its own (what Airflow 3's UI shows in a frame).
+def render_page(page: Page, offset: int, limit: int, params: dict[str, str]) -> str:
+    """The view as an HTML page of its own (what Airflow 3's UI shows in a frame); see :func:`render_body`.
 
-    :param rows: the rows.
-    :param ui_base: the lakeFS UI base URL.
-    :param total: task instances in all.
+    :param page: the page read (:func:`read_page`).
     :param offset: the first task instance shown.
     :param limit: task instances per page.
-    :param result: what reading cost.
     :param params: the request's query but ``offset`` (for the paging links).
-    :param next_offset: where the next page starts.
     """
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>lakeFS publications</title>"
         "<style>body{margin:12px}</style></head><body>"
-        f"{render_body(rows, ui_base, total, offset, limit, result, params, next_offset)}</body></html>"
+        f"{render_body(page, offset, limit, params)}</body></html>"
     )

@@ -140,7 +140,12 @@ def _picture(chromium: Any, name: str, folder: Path) -> None:
 
 
 def test_the_react_view_shows_each_publication_and_its_links(
-    server: str, scenario: dict[str, Any], chromium: Any, lakefs_conn: dict[str, str], tmp_path: Path
+    server: str,
+    scenario: dict[str, Any],
+    chromium: Any,
+    lakefs_conn: dict[str, str],
+    tmp_path: Path,
+    dags: Any,  # noqa: F811
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -274,6 +279,37 @@ def test_the_react_view_shows_each_publication_and_its_links(
         assert f"{ui}/repositories/{repo.id}/commits/{written['output_ref']}" in {
             a.get_attribute("href") for a in task.find_elements(By.TAG_NAME, "a")
         }
+
+    # A UI clear of the successful run (a day re-run): its second try replaces the first try's publication
+    # on purpose, and the first try's row says it was superseded.
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+
+    from tests.integration.helpers import run_existing
+
+    before = xcoms(merged, "publish")["output_ref"]
+    with create_session() as session:
+        clear_task_instances(
+            session.query(TaskInstance).filter_by(dag_id=merged.dag_id, run_id=merged.run_id).all(), session
+        )
+    again = run_existing(dags.py_workspace_dag, merged.run_id)
+    assert again.state == "success"
+    after = xcoms(again, "publish")["output_ref"]
+    cleared = urllib.parse.quote(merged.run_id, safe="")
+    chromium.get(
+        f"{server}/dags/lf_py_workspace/runs/{cleared}/tasks/publish/plugin/lakefence_publications_task_instance"
+    )
+    second, first = _rows(chromium, wait, 2)
+    assert [(r.get_attribute("data-try"), r.get_attribute("data-decision")) for r in (second, first)] == [
+        ("2", "replace"),
+        ("1", "merge"),
+    ]
+    assert (second.get_attribute("data-output"), first.get_attribute("data-output")) == (after, before)
+    assert second.find_element(By.CSS_SELECTOR, "td.replaced a").get_attribute("href") == (
+        f"{ui}/repositories/{repo.id}/commits/{before}"
+    )
+    assert "superseded by try 2" in first.find_element(By.CSS_SELECTOR, "td.replaced").text
+    assert second.find_element(By.CSS_SELECTOR, "td.judgement").text == "live"
 
     # The server-rendered page (what Airflow 3.0's extra link opens) still shows the same rows.
     chromium.get(f"{server}/lakefence/view?dag_id=lf_py_retry&run_id={run}&task_id=publish")
