@@ -146,6 +146,7 @@ def test_the_react_view_shows_each_publication_and_its_links(
     lakefs_conn: dict[str, str],
     tmp_path: Path,
     dags: Any,  # noqa: F811
+    seeded: tuple[lakefs.Repository, str],  # noqa: F811
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -280,22 +281,25 @@ def test_the_react_view_shows_each_publication_and_its_links(
             a.get_attribute("href") for a in task.find_elements(By.TAG_NAME, "a")
         }
 
-    # A UI clear of the successful run (a day re-run): its second try replaces the first try's publication
-    # on purpose, and the first try's row says it was superseded.
+    # A UI clear of a successful run (a day re-run, on a branch of its own: main has moved on): its second
+    # try replaces the first try's publication on purpose, and the first try's row says it was superseded.
     from airflow.models.taskinstance import TaskInstance, clear_task_instances
     from airflow.utils.session import create_session
 
-    from tests.integration.helpers import run_existing
+    from tests.integration.helpers import publish_conf, run_dag, run_existing
 
-    before = xcoms(merged, "publish")["output_ref"]
+    repo.branch("ui-clear").create(source_reference=seeded[1])
+    first = run_dag(dags.py_workspace_dag, publish_conf(repo, "ui-clear", target="ui-clear"))
+    assert first.state == "success"
+    before = xcoms(first, "publish")["output_ref"]
     with create_session() as session:
         clear_task_instances(
-            session.query(TaskInstance).filter_by(dag_id=merged.dag_id, run_id=merged.run_id).all(), session
+            session.query(TaskInstance).filter_by(dag_id=first.dag_id, run_id=first.run_id).all(), session
         )
-    again = run_existing(dags.py_workspace_dag, merged.run_id)
+    again = run_existing(dags.py_workspace_dag, first.run_id)
     assert again.state == "success"
     after = xcoms(again, "publish")["output_ref"]
-    cleared = urllib.parse.quote(merged.run_id, safe="")
+    cleared = urllib.parse.quote(first.run_id, safe="")
     chromium.get(
         f"{server}/dags/lf_py_workspace/runs/{cleared}/tasks/publish/plugin/lakefence_publications_task_instance"
     )

@@ -184,10 +184,10 @@ def _observe_scoped(registry: Any, who: str) -> None:
         seen["head"] = head.commit_id
         return original_decide(self, head, *args, **kwargs)
 
-    def done(self: Any, action: Any, reason: str, output: str) -> Any:
+    def done(self: Any, action: Any, reason: str, output: str, *args: Any, **kwargs: Any) -> Any:
         detail = {"head": seen["head"], "action": action.value, "output_ref": output, "early": False, "scoped": True}
         registry.record(who, "decision", detail)
-        return original_done(self, action, reason, output)
+        return original_done(self, action, reason, output, *args, **kwargs)
 
     ScopedPublish._decide_and_act = decide_and_act  # type: ignore[method-assign]
     ScopedPublish._done = done  # type: ignore[method-assign]
