@@ -33,7 +33,7 @@ from airflow_lakefence.core.names.keys import AttemptId
 from airflow_lakefence.core.names.locations import AttemptLocations
 from airflow_lakefence.core.names.staging_names import staging_branch_name
 from airflow_lakefence.core.ports import AttemptFencePort, CommitInfo, LakeFSPort
-from airflow_lakefence.core.publication.publisher import Publisher, supersedes
+from airflow_lakefence.core.publication.publisher import Publisher, PublishStrategy, supersedes
 from airflow_lakefence.core.publication.staged import StagedOutput
 from airflow_lakefence.core.records.metadata import output_prefixes_metadata
 from airflow_lakefence.core.records.reporting import DECISION_READ_ONLY, Log, PublishResult, Reporter, SilentReporter
@@ -109,6 +109,8 @@ class Published:
     :param staged_commit: the staged commit.
     :param target_head: the target's HEAD read in step 1.
     :param superseded: the successful publication this attempt replaced, if any.
+    :param verifying: step 11's check, when still in flight (it raises on a race): nothing names
+        the output ref before it passed.
     """
 
     decision: FenceDecision
@@ -117,6 +119,7 @@ class Published:
     staged_commit: str
     target_head: str
     superseded: dict[str, Any] | None
+    verifying: Future[None] | None = None
 
 
 class PublishEngine:
@@ -200,6 +203,8 @@ class PublishEngine:
         except BaseException:
             _settle(pinning, checking)
             raise
+        strategy: PublishStrategy | None = None
+        staged: CommitInfo | None = None
         try:
             with guard.run_state_may_be_archived("before the job", staging):
                 pinning.result()
@@ -209,6 +214,10 @@ class PublishEngine:
             self._log_attempt(attempt, input_commit, pinned is not None, staging, target_head.commit_id)
             workspace = self._job_and_output(job, area, attempt, staging, input_commit)  # steps 4-6
             hard_fence = publisher.note_written(hard_fence, (name for name, _ in workspace.files))
+            strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
+            # Step 10's read of the target, where it cannot depend on the staged commit, travels
+            # beside step 7's commit; the decision still waits for step 8.
+            strategy.read_ahead(attempt, input_commit)
             with guard.staging_may_vanish("while staging", staging):
                 staged = area.stage(attempt, staging, input_commit)  # step 7
                 tables = area.check_tables(staging, input_commit, staged)  # step 7: Delta tables
@@ -216,21 +225,33 @@ class PublishEngine:
             guard.ensure_current("before publish", staging)  # step 8
             failpoints.hit("after_fence_2")
             guard.ensure_publish_budget()  # step 9
-            strategy = publisher.strategy(target_head, superseded, hard_fence)  # branch-wide or scoped
             record = publisher.record(attempt, input_commit, staged)
             decision, output_ref = strategy.publish(StagedOutput(attempt, staging, input_commit, staged, record))
             failpoints.hit("after_verify")
-            published = Published(decision, output_ref, input_commit, staged.id, target_head.commit_id, superseded)
+            published = Published(
+                decision,
+                output_ref,
+                input_commit,
+                staged.id,
+                target_head.commit_id,
+                superseded,
+                strategy.verification(),
+            )
             result = self._report(guard, evidence, tell, attempt, staging, published, workspace, tables)  # step 12
             failpoints.hit("after_xcom")
             return result
         except PublishFenceError as exc:
             if exc.staging_branch == staging:  # the fail-closed attempt's output is the evidence
-                evidence.keep(attempt, staging, input_commit, exc, tell)
+                # A race found by the verification beside the report's writes: S was deleted beside
+                # it, and is made again at the staged commit (which the merge keeps reachable).
+                restore = staged.id if staged is not None and guard.deleted(staging) else None
+                evidence.keep(attempt, staging, input_commit, exc, tell, restore_from=restore)
             raise
         finally:
             if not evidence.kept(staging):
                 guard.delete_quietly(staging)  # step 12: delete S
+            if strategy is not None:  # a read or check still in flight when an error cut the attempt short
+                strategy.settle()
 
     def _pin(self, pinned: str | None, input_commit: str) -> None:
         """Step 1: pin the input for every later try of the run, unless an earlier try pinned it."""
@@ -384,17 +405,25 @@ class PublishEngine:
         tables: Sequence[Any],
     ) -> PublishResult:
         """Step 12: record the publication, report it, delete S (while reporting)."""
-        decision, superseded = published.decision, published.superseded
+        decision, superseded, verifying = published.decision, published.superseded, published.verifying
         # A try cleared after publishing must not overwrite the new try's XCom: its publication
-        # is an abandoned one, which the new try replaces.
-        guard.ensure_current("before reporting", staging)
+        # is an abandoned one, which the new try replaces. A race the verification found is the
+        # graver news, and is what such a try reports.
+        try:
+            guard.ensure_current("before reporting", staging)
+        except BaseException:
+            _verified(verifying)
+            raise
         replaced = superseded is not None and decision.action in (Action.REPLACE, Action.RELOCATE)
-        # Step 12's two lakeFS writes go side by side: the run-state record of what this try reports
-        # (for a later try of the run) and the delete of S (nothing from here on keeps S): one round
-        # trip. The report's details (requests to the API server) are told while both are in flight;
-        # the output ref, which says that a try stands behind the publication (the abandoned-
+        # Step 12's two lakeFS writes go side by side, and beside step 11's verifying read when that
+        # is still in flight: the run-state record of what this try reports (for a later try of the
+        # run) and the delete of S: one round trip. The report's details (requests to the API
+        # server) are told once the verification passed, while the writes may be in flight; the
+        # output ref, which says that a try stands behind the publication (the abandoned-
         # publication monitor reads it), waits for the record: a try whose record failed ends failed
-        # without ever naming its publication, which the next try then replaces as abandoned.
+        # without ever naming its publication, which the next try then replaces as abandoned. A
+        # verification that fails leaves a record its try's evidence entry voids (the decisions
+        # never rest on it: a raced merge's first parent is not the input).
         recording = in_background(
             record_publication,
             self.run_state,
@@ -405,6 +434,7 @@ class PublishEngine:
         )
         deleting = guard.delete_in_background(staging)
         try:
+            _verified(verifying)
             evidence.report(tell)  # earlier tries' evidence this try spared, marked or not
             result = PublishResult(
                 output_ref=published.output_ref,
@@ -508,6 +538,15 @@ def _settle(*futures: Future[Any]) -> None:
             future.result()
         except BaseException:  # the error already raised is the one reported
             pass
+
+
+def _verified(verifying: Future[None] | None) -> None:
+    """Wait for step 11's check still in flight, if any; raise what it found.
+
+    :raises PublishRaceError: when another writer raced the publish.
+    """
+    if verifying is not None:
+        verifying.result()
 
 
 def _superseding_reason(superseded: dict[str, object] | None, action: Action) -> str:

@@ -197,6 +197,13 @@ class AttemptGuard:
         self._deleted.add(branch)
         return in_background(self._delete, branch)
 
+    def deleted(self, branch: str) -> bool:
+        """Whether this attempt sent the delete of ``branch`` (it may have failed: see :meth:`delete_quietly`).
+
+        :param branch: the branch.
+        """
+        return branch in self._deleted
+
     def delete_quietly(self, branch: str) -> None:
         """Delete a branch of this attempt once; a failure is logged (the cleaner will delete it).
 

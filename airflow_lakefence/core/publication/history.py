@@ -54,6 +54,7 @@ from airflow_lakefence.core.records.run_state import (
     PIN_KEY,
     PUBLISHED_KEY,
     recorded_evidence,
+    voided_tries,
 )
 
 #: The decisions a row can show, in the words docs/protocol.md uses for them.
@@ -277,12 +278,15 @@ def commits_to_read(records: Mapping[str, Any]) -> list[str]:
 
 
 def _published(records: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """``{try: record}`` of the tries that reported a publication (a try that kept evidence did not:
+    see :func:`~airflow_lakefence.core.records.run_state.voided_tries`)."""
     found: dict[int, dict[str, Any]] = {}
+    voided = _kept_tries(records)
     for key, value in records.items():
         if not key.startswith(PUBLISHED_KEY + "/") or not isinstance(value, dict):
             continue
         number, ref = value.get("try_number"), value.get("output_ref")
-        if isinstance(number, int) and not isinstance(number, bool) and isinstance(ref, str):
+        if isinstance(number, int) and not isinstance(number, bool) and isinstance(ref, str) and number not in voided:
             found[number] = value
     return found
 
@@ -298,7 +302,7 @@ def _pins(records: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _kept_tries(records: Mapping[str, Any]) -> set[int]:
-    return {e.try_number for e in recorded_evidence(_Records(records)).values() if e.try_number is not None}
+    return voided_tries(_Records(records))
 
 
 def needs_probe(ti: TaskInstanceFacts, records: Mapping[str, Any]) -> bool:

@@ -222,12 +222,32 @@ class Publisher:
 class PublishStrategy(Protocol):
     """Steps 10 and 11 for one request: decide on the target and act (branch-wide or scoped)."""
 
+    def read_ahead(self, attempt: AttemptId, input_commit: str) -> None:
+        """Before staging: start the reads the decision needs that staging cannot change (or none).
+
+        :param attempt: this attempt.
+        :param input_commit: the input commit.
+        """
+        ...
+
     def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide and act; return the decision and the output ref.
 
         :param output: the attempt's staged output and its publication's record.
         :raises PublishFenceError: (or a subclass) when failing closed; the caller keeps the evidence.
         """
+        ...
+
+    def verification(self) -> Future[None] | None:
+        """The check of step 11 still in flight after :meth:`publish` returned, if any.
+
+        Its ``result()`` raises :class:`~airflow_lakefence.exceptions.PublishRaceError` when the
+        check found a race; the caller waits for it before it reports the publication.
+        """
+        ...
+
+    def settle(self) -> None:
+        """Wait for every read or check still in flight, ignoring their outcomes (an error is being raised)."""
         ...
 
 
@@ -256,10 +276,52 @@ class BranchPublish:
     job_name: str
     early_head: HeadState
     superseded: Mapping[str, Any] | None
+    #: the publish fence's read of the target, sent beside the staging commit
+    _ahead: Future[HeadState] | None = dataclasses.field(default=None, init=False)
+    #: the merge's verification, in flight beside the report's writes
+    _verifying: Future[None] | None = dataclasses.field(default=None, init=False)
+
+    def read_ahead(self, attempt: AttemptId, input_commit: str) -> None:
+        """Start the publish fence's read of the target, to travel beside the staging commit.
+
+        Only where the target's HEAD before the job was the input (a merge was expected) and lakeFS's
+        hard fence is not relied on (it needs no read). The decision is still taken after the
+        attempt fence's second check, on this read; a writer that moves the target from here to the
+        merge is what verifying the merge's first parent reports, as before. A retry that meets an
+        earlier try's publication reads the target only after that check: a hard reset, which
+        nothing verifies beforehand, acts on the freshest read.
+
+        :param attempt: this attempt.
+        :param input_commit: the input commit.
+        """
+        if self.hard_fence.relied_on:
+            return
+        early = decide_publish(self.early_head, input_commit, attempt, True, input_commit)
+        if early.action is Action.MERGE:
+            self._ahead = in_background(read_target_head, self.lakefs, self.request)
+
+    def verification(self) -> Future[None] | None:
+        """The merge's verification still in flight, if any (see :class:`PublishStrategy`)."""
+        return self._verifying
+
+    def settle(self) -> None:
+        """Wait for the read ahead and the verification, if still in flight (see :class:`PublishStrategy`)."""
+        _settle(self._ahead)
+        _settle(self._verifying)
 
     def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD and act (see :class:`PublishStrategy`)."""
         return self.guard.write_once("publish", functools.partial(self._round, output), staging=output.staging)
+
+    def _read_head(self, answer_lost: bool) -> HeadState:
+        """The target's HEAD: the read sent ahead (first round only), else a fresh read."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not answer_lost:
+            try:
+                return ahead.result()
+            except LakeFenceError as exc:  # read again below: a lost read decides nothing
+                self.log.warning("Reading the target ahead failed (%s): reading it again", exc)
+        return read_target_head(self.lakefs, self.request)
 
     def _round(self, output: StagedOutput, answer_lost: bool) -> tuple[FenceDecision, str]:
         """One publish round: decide on the target's HEAD and act.
@@ -286,7 +348,7 @@ class BranchPublish:
                         raise
                     self.log.info("%s: reading the target to decide again", exc)
                     refused = exc
-        head = read_target_head(self.lakefs, self.request)
+        head = self._read_head(answer_lost)
         decision = decide_publish(head, input_commit, attempt, changed, staged.id)
         if refused is not None and decision.action is Action.FAIL_CLOSED:
             # The fence lost the race to a writer the table cannot explain: say both.
@@ -363,7 +425,9 @@ class BranchPublish:
         failpoints.hit("after_publish_action")
         # Else lakeFS checked the first parent before the branch moved.
         if not (hard_fence.intact or self._actions_kept(diffing)):
-            self._check_first_parent(merge_ref, input_commit, "the input", staging)
+            # The check reads what is already written: it travels beside the report's writes, and
+            # the output ref is reported only once it passed (see :meth:`verification`).
+            self._verifying = in_background(self._check_first_parent, merge_ref, input_commit, "the input", staging)
         return merge_ref
 
     def _diff_actions_beside(self, pub: _Publishing) -> Future[bool] | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from airflow_lakefence import failpoints
@@ -112,6 +113,19 @@ class ScopedPublish:
     def __post_init__(self) -> None:
         self.repo = self.request.repository
         self.target = self.request.target_branch
+
+    def read_ahead(self, attempt: AttemptId, input_commit: str) -> None:
+        """Nothing is read ahead: the scope's reads follow the staged commit (see
+        :class:`~airflow_lakefence.core.publication.publisher.PublishStrategy`)."""
+
+    def verification(self) -> Future[None] | None:
+        """None: a scoped publish verifies before it returns (see
+        :class:`~airflow_lakefence.core.publication.publisher.PublishStrategy`)."""
+        return None
+
+    def settle(self) -> None:
+        """Nothing is in flight after :meth:`publish` (see
+        :class:`~airflow_lakefence.core.publication.publisher.PublishStrategy`)."""
 
     def publish(self, output: StagedOutput) -> tuple[FenceDecision, str]:
         """Decide on the target's HEAD within the scope and act (see

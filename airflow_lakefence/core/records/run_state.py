@@ -136,13 +136,29 @@ def pin_input(state: RunStatePort, ref: str, commit: str) -> None:
 def reported_publication(state: RunStatePort) -> dict[str, Any] | None:
     """The publication the latest try of the run reported (``{"output_ref", "try_number", ...}``).
 
+    A try that also kept evidence reported nothing: its record went out beside the verification
+    that then found a race (:func:`voided_tries`).
+
     :param state: the run state.
     """
     records = state.items(PUBLISHED_KEY + "/")
+    voided = voided_tries(state)
     for _key, value in sorted(records.items(), reverse=True):
         if isinstance(value, dict) and isinstance(value.get("output_ref"), str):
-            return value
+            if value.get("try_number") not in voided:
+                return value
     return None
+
+
+def voided_tries(state: RunStatePort) -> set[int]:
+    """The tries whose publication record does not count: each kept evidence, so it failed closed.
+
+    A merge's verification travels beside the record of what the try reports; when it finds a
+    race, the try keeps its evidence, and its evidence entry voids the record already written.
+
+    :param state: the run state.
+    """
+    return {e.try_number for e in recorded_evidence(state).values() if e.try_number is not None}
 
 
 def record_publication(

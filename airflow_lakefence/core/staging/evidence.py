@@ -26,7 +26,7 @@ from airflow_lakefence.core.records.metadata import decode_metadata
 from airflow_lakefence.core.records.reporting import Log, Reporter
 from airflow_lakefence.core.records.run_state import RecordedEvidence, RunStatePort, record_evidence, recorded_evidence
 from airflow_lakefence.core.staging.cleaner import evidence_metadata, evidence_of
-from airflow_lakefence.exceptions import LakeFenceError, PublishFenceError
+from airflow_lakefence.exceptions import LakeFenceError, LakeFSConflictError, PublishFenceError
 
 #: Tries of the evidence marker commit.
 MARKER_TRIES = 3
@@ -74,7 +74,13 @@ class Evidence:
             reporter.evidence(dict(self.known))
 
     def keep(
-        self, attempt: AttemptId, staging: str, input_commit: str, exc: PublishFenceError, reporter: Reporter
+        self,
+        attempt: AttemptId,
+        staging: str,
+        input_commit: str,
+        exc: PublishFenceError,
+        reporter: Reporter,
+        restore_from: str | None = None,
     ) -> None:
         """Record the kept branch in the run state and tell the reporter, then mark it on lakeFS.
 
@@ -86,9 +92,13 @@ class Evidence:
         :param input_commit: its input commit.
         :param exc: the fail-closed error.
         :param reporter: told the evidence list.
+        :param restore_from: the staged commit, when the branch was deleted before the error was
+            known (a merge's verification beside the report): the branch is made there again first.
         """
         error = type(exc).__name__
         self._kept.add(staging)
+        if restore_from is not None:
+            self._restore(staging, restore_from)
         try:
             # The message goes to lakeFS only redacted (the run state, never the marker commit).
             message = None if self.redact is None else self.redact(str(exc))
@@ -108,6 +118,15 @@ class Evidence:
                 staging,
                 MARKER_TRIES,
             )
+
+    def _restore(self, staging: str, commit: str) -> None:
+        """Make a deleted staging branch again at ``commit`` (a branch still there is left as is)."""
+        try:
+            self.lakefs.create_branch(self.repository, staging, commit, hidden=True)
+        except LakeFSConflictError:
+            pass  # its delete failed: the branch is still there
+        except LakeFenceError as err:
+            self.log.warning("Could not make staging branch %s again at %s: %s", staging, commit, err)
 
     def mark(self, attempt: AttemptId, staging: str, input_commit: str, error: str) -> bool:
         """Commit the evidence marker on a kept branch; return whether it is there.

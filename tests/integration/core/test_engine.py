@@ -23,8 +23,14 @@ from airflow_lakefence.core.names.keys import AttemptId, PublicationKey
 from airflow_lakefence.core.names.staging_names import parse_staging_branch_name, staging_branch_name
 from airflow_lakefence.core.publication.replacement import TEMP_SUFFIX
 from airflow_lakefence.core.records.metadata import decode_metadata
-from airflow_lakefence.core.records.run_state import PUBLISHED_KEY, MemoryRunState, pin_key
-from airflow_lakefence.core.staging.cleaner import evidence_metadata
+from airflow_lakefence.core.records.run_state import (
+    PUBLISHED_KEY,
+    MemoryRunState,
+    pin_key,
+    recorded_evidence,
+    reported_publication,
+)
+from airflow_lakefence.core.staging.cleaner import evidence_metadata, evidence_of
 from airflow_lakefence.exceptions import (
     InputRefError,
     JobError,
@@ -457,10 +463,23 @@ def test_answers_lost_every_round_fail_without_publishing(world: World) -> None:
 
 
 def test_a_writer_slipping_in_before_the_merge_is_detected(world: World) -> None:
-    world.port.before["merge"] = lambda: world.write("main", {"racer.txt": "r"})
+    """The merge's verification travels beside the record and the staging branch's delete: a race it
+    finds still ends with the evidence kept (the branch made again at the staged commit, marked),
+    nothing reported, and the record already written voided by the try's evidence entry."""
+    racer: list[str] = []
+    world.port.before["merge"] = lambda: racer.append(world.write("main", {"racer.txt": "r"}))
+    run = Run(world, run_state=MemoryRunState())
     with pytest.raises(PublishRaceError, match="first parent") as info:
-        Run(world)()
-    assert world.branches() == [info.value.staging_branch]
+        run()
+    staging = info.value.staging_branch
+    assert world.branches() == [staging]
+    merge = world.head()
+    assert merge.parents[0] == racer[0]  # the publish landed on the racer's commit: reported, not undone
+    marker = world.head(staging)
+    assert evidence_of(marker.metadata) and list(marker.parents) == [merge.parents[1]]  # on the staged commit
+    assert run.reported == []  # no output ref was ever named
+    assert run.run_state is not None and reported_publication(run.run_state) is None
+    assert [e.error for e in recorded_evidence(run.run_state).values()] == ["PublishRaceError"]
 
 
 @pytest.mark.parametrize("write_mode", ["workspace", "direct"])
