@@ -17,7 +17,9 @@ from collections.abc import Callable
 ENV_VAR = "LAKEFENCE_FAILPOINTS"
 CRASH_EXIT_CODE = 86
 
-#: Every boundary of the fenced publish, in protocol order.
+#: Every boundary of the fenced publish, in protocol order. ``after_verify`` follows the publish's
+#: action; a merge's verifying read may still be in flight there (it travels beside the report's
+#: writes): ``after_publish_action`` is the last point with no lakeFS call in flight.
 POINTS = (
     "after_staging_branch",
     "after_job",

@@ -60,7 +60,8 @@ def test_not_reported_while_the_publishing_try_runs_nor_after_it_succeeded(
         readable, _ = judge_now(repo.id, "settled")
         seen.append((detected, judgement, readable, lakefence_controls.counts()))
 
-    failpoints.arm("after_verify", probe_while_running)
+    # Right after the merge, before its verifying read goes out: the probes' calls are all counted.
+    failpoints.arm("after_publish_action", probe_while_running)
     dr = run_dag(publishers.workspace_dag, publish_conf(repo, input_commit))
     assert dr.state == "success"
     detected, judgement, readable, counts = seen[0]
