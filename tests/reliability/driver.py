@@ -12,7 +12,8 @@ try_number, delay}``: import everything, then wait until the scheduler mints tha
 ``result`` (path of the outcome file), ``operator`` (keyword arguments of the operator:
 repository, target_branch, input_ref, write_mode...), ``job`` (the race_job spec), ``delays``
 (``{failpoint: seconds}``: a sleep at that boundary), ``waits`` (``{failpoint: [who, what, point]}``:
-block at that boundary until the timeline shows the event, for interleavings chosen exactly),
+block at that boundary until the timeline shows the event, for interleavings chosen exactly; ``point``
+is a failpoint name or a mapping of the event detail's fields, e.g. ``{"try_number": 2}``),
 ``who_prefix`` (prepended to ``try<N>`` on the timeline, when several keys share one registry) and
 ``lose_merge_answer`` (the first merge into the target lands on lakeFS, then the client reports it
 unavailable: a lost answer, injected in the process so it works on real lakeFS too).

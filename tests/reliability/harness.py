@@ -331,7 +331,9 @@ def spawn_attempt(
     :param await_try: ``(key, try_number, delay)``: start the process now, run the try when the
         scheduler mints it (plus ``delay`` seconds).
     :param delays: seconds to sleep at failpoints.
-    :param waits: ``{failpoint: [who, what, point]}``: block there until the timeline shows that event.
+    :param waits: ``{failpoint: [who, what, point]}``: block there until the timeline shows that event
+        (``point``, optional: a failpoint name or the event detail's fields, as
+        :meth:`~tests.reliability.registry.AttemptRegistry.wait_for` takes them).
     :param crash_at: a failpoint where the process exits at once (a crash).
     :param spec_extra: more driver spec keys (``who_prefix``, ``lose_merge_answer``).
     """

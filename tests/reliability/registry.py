@@ -23,7 +23,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,14 +186,26 @@ class AttemptRegistry:
             rows = db.execute("SELECT at, who, what, detail FROM events ORDER BY seq").fetchall()
         return [{"at": r[0], "who": r[1], "what": r[2], "detail": json.loads(r[3])} for r in rows]
 
-    def wait_for(self, who: str, what: str, point: str | None = None, timeout: float = 120.0) -> float:
-        """Block until ``who`` recorded ``what`` (at failpoint ``point``); return the event's time."""
+    def wait_for(
+        self, who: str, what: str, point: str | Mapping[str, Any] | None = None, timeout: float = 120.0
+    ) -> float:
+        """Block until ``who`` recorded ``what`` (at failpoint ``point``); return the event's time.
+
+        :param who: who recorded the event (``try1``, ``scheduler``, ``foreign``...).
+        :param what: the event (``point``, ``new_try``, ``end``...).
+        :param point: a failpoint name (matched against the event's ``point``), or fields the
+            event's detail must hold, e.g. ``{"try_number": 2}`` for the clear that mints try 2
+            (the timeline's first ``new_try`` is try 1's own).
+        :param timeout: seconds before :class:`TimeoutError`.
+        """
+        wanted = {"point": point} if isinstance(point, str) else dict(point or {})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for event in self.events():
                 if event["who"] != who or event["what"] != what:
                     continue
-                if point is None or (isinstance(event["detail"], dict) and event["detail"].get("point") == point):
+                detail = event["detail"] if isinstance(event["detail"], dict) else {}
+                if all(detail.get(name) == value for name, value in wanted.items()):
                     return float(event["at"])
             time.sleep(0.02)
         raise TimeoutError(f"{who} never recorded {what} {point or ''}")

@@ -140,6 +140,11 @@ def race(launcher: ForkServer, lake: Lake, driver_env: dict[str, str], tmp_path:
         setup.foreign.kill()
 
 
+def _timeline(race: Race) -> list[dict[str, Any]]:
+    """The events of the attempts and the scheduler (each with a detail mapping)."""
+    return [e for e in race.registry.events() if isinstance(e["detail"], dict)]
+
+
 def _decisions(registry: AttemptRegistry, who: str) -> list[str]:
     return [e["detail"]["action"] for e in registry.events() if e["who"] == who and e["what"] == "decision"]
 
@@ -174,13 +179,21 @@ def test_zombie_whose_branch_was_removed_reports_staleness(race: Race) -> None:
 
 
 def test_publication_by_a_zombie_before_the_new_try_publishes_is_replaced(race: Race) -> None:
-    """The zombie passed fence #2 before the clear and merges; try 2 then replaces it."""
-    race.start(1, waits={"after_publish_read": ["scheduler", "new_try"]})
-    race.start(2, waits={"after_fence_2": ["try1", "end"]})
+    """The zombie passed fence #2 before the clear and merges after it; try 2 then replaces it."""
+    # Held until the clear mints try 2 (a bare new_try would match try 1's own, the timeline's first).
+    race.start(1, waits={"after_publish_read": ["scheduler", "new_try", {"try_number": 2}]})
     race.clear_when("try1", "point", "after_publish_read")
+    # Try 2 starts once the zombie merged: its first writes delete earlier tries' staging branches,
+    # which would otherwise race the zombie's merge (a real scheduler takes seconds to start it).
+    race.registry.wait_for("try1", "point", "after_publish_action")
+    race.start(2, waits={"after_fence_2": ["try1", "end"]})
     outcomes, verdict = race.finish("try2")
     assert verdict.ok and not verdict.holes, verdict
-    # It was current when it passed its fences and merged; cleared by then, it does not report.
+    # The interleaving named: the zombie merged after the clear, and before try 2 started.
+    seen = [(e["who"], e["what"], e["detail"].get("point", e["detail"].get("try_number"))) for e in _timeline(race)]
+    order = [seen.index(e) for e in (("scheduler", "new_try", 2), ("try1", "point", "after_publish_action"))]
+    assert order[0] < order[1] < seen.index(("try2", "start", None)), seen
+    # It was current when it passed its fences; cleared before it merged, it does not report.
     assert outcomes["try1"].error_type == "StaleAttemptError"
     assert _decisions(race.registry, "try2")[-1] == "replace"
     history = History(race.repo)
