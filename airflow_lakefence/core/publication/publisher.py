@@ -427,8 +427,20 @@ class BranchPublish:
         if not (hard_fence.intact or self._actions_kept(diffing)):
             # The check reads what is already written: it travels beside the report's writes, and
             # the output ref is reported only once it passed (see :meth:`verification`).
-            self._verifying = in_background(self._check_first_parent, merge_ref, input_commit, "the input", staging)
+            self._verifying = in_background(self._verify_merge, merge_ref, input_commit, staging)
         return merge_ref
+
+    def _verify_merge(self, merge_ref: str, input_commit: str, staging: str) -> None:
+        """Verify the merge, beside the report's writes; a lost answer asks again (the merge commit
+        cannot change), as a publish round whose verifying read was lost did.
+
+        :raises PublishRaceError: when another writer moved the target first.
+        :raises LakeFSUnavailableError: when no round got an answer.
+        """
+        self.guard.write_once(
+            "merge verification",
+            lambda _lost: self._check_first_parent(merge_ref, input_commit, "the input", staging),
+        )
 
     def _diff_actions_beside(self, pub: _Publishing) -> Future[bool] | None:
         """With :attr:`HardFenceStatus.diff_decides`: start asking whether the staged commit kept the

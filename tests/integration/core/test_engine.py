@@ -448,6 +448,26 @@ def test_a_lost_merge_that_landed_is_not_merged_again(world: World) -> None:
     assert world.port.calls["merge"] == 1
 
 
+def test_a_lost_answer_to_the_merges_verification_is_asked_again(world: World) -> None:
+    """The verifying read travels beside the report's writes; losing its answer twice still ends
+    with the merge verified and reported (three rounds, as a publish round has)."""
+    world.port.before["merge"] = lambda: world.port.lose("get_commit", landed=True, times=PUBLISH_ROUNDS - 1)
+    result = Run(world)()
+    head = world.head()
+    assert (result.decision, result.output_ref) == ("merge", head.id)
+    assert head.parents[0] == world.input
+    assert world.port.calls["merge"] == 1
+
+
+def test_a_merge_whose_verification_never_gets_an_answer_is_not_reported(world: World) -> None:
+    world.port.before["merge"] = lambda: world.port.lose("get_commit", landed=True, times=PUBLISH_ROUNDS)
+    run = Run(world)
+    with pytest.raises(LakeFSUnavailableError, match="merge verification"):
+        run()
+    assert world.head().parents[0] == world.input  # merged; the next try finds it (abandoned) and replaces it
+    assert run.reported == []
+
+
 def test_a_lost_merge_that_never_arrived_is_decided_again(world: World) -> None:
     world.port.lose("merge", landed=False)
     result = Run(world)()
