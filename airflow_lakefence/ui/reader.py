@@ -47,10 +47,11 @@ from airflow_lakefence.core.publication.history import (
     commits_to_read,
     history_rows,
     needs_probe,
+    reported_records,
     run_publication_of,
 )
 from airflow_lakefence.core.records.metadata import decode_metadata
-from airflow_lakefence.core.records.run_state import EVIDENCE_KEY, PUBLISHED_KEY
+from airflow_lakefence.core.records.run_state import EVIDENCE_KEY
 from airflow_lakefence.exceptions import LakeFenceError, LakeFSNotFoundError
 from airflow_lakefence.lakefs_adapter.client import LakeFSClient
 from airflow_lakefence.lakefs_adapter.run_state_store import read_run_state
@@ -241,9 +242,7 @@ class HistoryReader:
         """``(repository, staged commit, run branch, input, output)`` of each run-branch publication reported."""
         runs: list[tuple[str, str | None, str, str | None, str]] = []
         for ti, read in zip(ran, reads, strict=True):
-            for key, value in sorted(read.records.items()):
-                if not key.startswith(PUBLISHED_KEY + "/") or not isinstance(value, dict):
-                    continue
+            for _number, value in sorted(reported_records(read.records).items()):
                 output = commits.get(str(value.get("output_ref")))
                 found = run_publication_of(output)
                 record = None if output is None else decode_metadata(output.metadata)

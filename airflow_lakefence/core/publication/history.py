@@ -269,17 +269,19 @@ def commits_to_read(records: Mapping[str, Any]) -> list[str]:
     :param records: the run's records (``{record key: value}``).
     """
     wanted: list[str] = []
-    for key, value in sorted(records.items()):
-        if key.startswith(PUBLISHED_KEY + "/") and isinstance(value, dict):
-            for ref in (value.get("output_ref"), _replaced_by(value)):
-                if isinstance(ref, str) and ref not in wanted:
-                    wanted.append(ref)
+    for _number, value in sorted(reported_records(records).items()):
+        for ref in (value.get("output_ref"), _replaced_by(value)):
+            if isinstance(ref, str) and ref not in wanted:
+                wanted.append(ref)
     return wanted
 
 
-def _published(records: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+def reported_records(records: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     """``{try: record}`` of the tries that reported a publication (a try that kept evidence did not:
-    see :func:`~airflow_lakefence.core.records.run_state.voided_tries`)."""
+    see :func:`~airflow_lakefence.core.records.run_state.voided_tries`).
+
+    :param records: the run's records (``{record key: value}``).
+    """
     found: dict[int, dict[str, Any]] = {}
     voided = _kept_tries(records)
     for key, value in records.items():
@@ -313,7 +315,7 @@ def needs_probe(ti: TaskInstanceFacts, records: Mapping[str, Any]) -> bool:
     :param ti: the task instance.
     :param records: its run's records.
     """
-    known = set(_published(records)) | _kept_tries(records)
+    known = set(reported_records(records)) | _kept_tries(records)
     return ti.try_number >= 1 and ti.try_number > max(known, default=0)
 
 
@@ -411,7 +413,7 @@ def history_rows(
     :param run_logs: ``{run-branch publication output: the run branch's log}`` (see :func:`run_tasks_of`).
     """
     state = _Records(records)
-    published = _published(records)
+    published = reported_records(records)
     evidence = recorded_evidence(state)
     pins = _pins(records)
     present = dict(staging_branches)

@@ -114,6 +114,19 @@ def test_a_fail_closed_try_shows_its_evidence_kept_or_deleted() -> None:
     assert first.input_commit == INPUT and "OutputPrefixError" in second.reason
 
 
+def test_a_record_voided_by_its_try_s_evidence_shows_the_fail_closed_try_and_reads_no_commit() -> None:
+    """The record goes out beside the merge's verification; when that finds a race, the try keeps
+    evidence, and its row is the evidence's, not a publication's."""
+    state = MemoryRunState()
+    raced = staging_branch_name(AttemptId(KEY, 1, "ti1"))
+    record_publication(state, "m1", 1, "merge")
+    record_evidence(state, raced, "PublishRaceError", AttemptId(KEY, 1, "ti1"), INPUT, "first parent f, not the input")
+    assert commits_to_read(state.values) == []
+    (row,) = history_rows(_facts(1, "failed"), state.values, {}, [(raced, "c1")])
+    assert (row.decision, row.output_ref) == ("fail_closed", None)
+    assert [(e.branch, e.error, e.kept) for e in row.evidence] == [(raced, "PublishRaceError", True)]
+
+
 def test_a_try_that_reported_nothing_is_unreported() -> None:
     state = MemoryRunState()
     record_publication(state, "p2", 2, "replace")
